@@ -1,0 +1,174 @@
+"""`cdc-sql`: validate, plan, run, status. Exit codes: 0 ok, 1 failure, 2 usage."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+
+from cdc_sql.config.model import Pipeline, load_pipeline
+from cdc_sql.errors import CdcError
+
+log = logging.getLogger("cdc_sql")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    for noisy in ("py4j", "pymysqlreplication", "grpc"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        return args.handler(args)
+    except CdcError as exc:
+        print(f"cdc-sql: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc-sql", description="MySQL change data capture into "
+                                     "exactly-once Delta Lake tables on Spark")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("pipeline", help="pipeline YAML file")
+        sub.set_defaults(handler=handler)
+        return sub
+
+    validate = command("validate", _validate, "check the YAML, the source tables, keys, binlog "
+                       "settings and projections; write nothing")
+    validate.add_argument("--offline", action="store_true",
+                          help="check only what needs no database")
+    command("plan", _plan, "show the splits and the SQL each step will run")
+    run = command("run", _run, "capture and merge; follow the binlog until SIGINT/SIGTERM")
+    run.add_argument("--until-caught-up", action="store_true",
+                     help="stop once silver has caught up with the source position seen at "
+                          "start (for scheduled jobs)")
+    _engine_options(run)
+    status = command("status", _status, "show per-table phase, splits and offsets")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    _engine_options(status)
+    return parser
+
+
+def _engine_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=("sail", "remote", "local", "active"),
+                        help="override the pipeline's engine.mode")
+    parser.add_argument("--engine-url", help="Spark Connect URL for --engine remote")
+
+
+def _engine(args, pipeline: Pipeline):
+    from cdc_sql import engine
+
+    return engine.start(args.engine or pipeline.engine.mode,
+                        args.engine_url or pipeline.engine.url)
+
+
+def _validate(args) -> int:
+    pipeline = load_pipeline(args.pipeline)
+    if args.offline:
+        print(f"{args.pipeline}: valid ({len(pipeline.tables)} tables; source not checked)")
+        return 0
+    from cdc_sql.pipeline import inspect_source
+
+    view = inspect_source(pipeline)
+    for warning in view.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for plan in view.plans:
+        names = ", ".join(t.qualified for t in plan.sources)
+        print(f"  {plan.spec.name}: {names} (key: {', '.join(plan.key)})")
+    print(f"{args.pipeline}: valid ({len(view.plans)} tables, source "
+          f"{'MariaDB' if view.mariadb else 'MySQL'}, binlog at {view.end})")
+    return 0
+
+
+def _plan(args) -> int:
+    from cdc_sql.lake.silver import describe_sql
+    from cdc_sql.pipeline import inspect_source
+    from cdc_sql.source import mysql
+    from cdc_sql.source.splits import plan_splits
+
+    pipeline = load_pipeline(args.pipeline)
+    view = inspect_source(pipeline)
+    with mysql.cursor(pipeline.source) as cur:
+        for plan in view.plans:
+            print(f"== {plan.spec.name} -> {pipeline.root}/silver/{plan.spec.name}")
+            for table in plan.sources:
+                splits = plan_splits(cur, table, pipeline.source.chunk_size)
+                print(f"-- {table.qualified}: {len(splits)} snapshot splits of up to "
+                      f"{pipeline.source.chunk_size} rows on ({', '.join(table.key)})")
+                for split in splits:
+                    print(f"   split {split.split_id}: [{split.lower}, {split.upper})")
+            print(describe_sql(str(pipeline.root), plan))
+    return 0
+
+
+def _run(args) -> int:
+    from cdc_sql.pipeline import Runner
+
+    pipeline = load_pipeline(args.pipeline)
+    stop = threading.Event()
+
+    def request_stop(signum, _frame):
+        log.info("%s received: finishing the current step, then exiting",
+                 signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    engine = _engine(args, pipeline)
+    try:
+        summary = Runner(pipeline, engine, stop).run(until_caught_up=args.until_caught_up)
+    finally:
+        engine.stop()
+    log.info("run %s: %s", summary["run_id"], summary["outcome"])
+    return 0
+
+
+def _status(args) -> int:
+    from cdc_sql.lake.state import State
+
+    pipeline = load_pipeline(args.pipeline)
+    engine = _engine(args, pipeline)
+    try:
+        checkpoint = State(engine, str(pipeline.root)).load()
+    finally:
+        engine.stop()
+    capture = checkpoint.get("capture", "binlog") or {}
+    report = {"pipeline": pipeline.name, "capture_position": capture.get("position"),
+              "last_run": checkpoint.get("run", "last"), "tables": []}
+    for spec in pipeline.tables:
+        splits = [s for name, s in checkpoint.of_kind("split").items()
+                  if spec.matches(*s["source_table"].split(".", 1))]
+        table = checkpoint.get("table", spec.name) or {}
+        report["tables"].append({
+            "name": spec.name,
+            "phase": "binlog" if table.get("snapshot_merged") else "snapshot",
+            "splits_done": sum(s["status"] == "done" for s in splits),
+            "splits_total": len(splits),
+            "applied_offset": table.get("applied"),
+        })
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"pipeline {pipeline.name}: binlog captured to {report['capture_position'] or '-'}")
+    print(f"{'table':<24} {'phase':<9} {'splits':>9}  applied offset")
+    for t in report["tables"]:
+        print(f"{t['name']:<24} {t['phase']:<9} {t['splits_done']:>4}/{t['splits_total']:<4}  "
+              f"{t['applied_offset'] or '-'}")
+    last = report["last_run"]
+    if last:
+        print(f"last run {last['run_id']} at {last['started_at']}: {last['outcome']} "
+              f"({last['seconds']}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

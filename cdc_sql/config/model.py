@@ -1,0 +1,219 @@
+"""The pipeline model (DESIGN section 4), checked key by key before anything is written.
+
+Each dataclass field is one YAML key; its type hint and metadata (choices, minimum, secret) are the
+rules. Unknown keys are errors, and every error names the file, the key path and the line.
+"""
+from __future__ import annotations
+
+import re
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from cdc_sql.config.loader import Document, read_document
+from cdc_sql.errors import ConfigError
+
+STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "snapshot-only")
+ENGINE_MODES = ("sail", "remote", "local", "active")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _key(doc: str, default: Any = MISSING, **rules: Any) -> Any:
+    """A YAML key: its one-line doc and its rules (choices, minimum, maximum, secret, pattern)."""
+    if default is MISSING:
+        return field(metadata={"doc": doc, **rules})
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc, **rules})
+    return field(default=default, metadata={"doc": doc, **rules})
+
+
+@dataclass(frozen=True)
+class Source:
+    host: str = _key("MySQL/MariaDB host name or address")
+    user: str = _key("user with SELECT, REPLICATION SLAVE and REPLICATION CLIENT grants")
+    type: str = _key("source kind", "mysql", choices=("mysql",))
+    port: int = _key("TCP port", 3306, minimum=1, maximum=65535)
+    password: str = field(default="", repr=False,
+                          metadata={"doc": "password; use ${VAR} to take it from the environment",
+                                    "secret": True})
+    server_id: int = _key("binlog client id, unique among the server's replicas", 5400,
+                          minimum=1, maximum=2**32 - 1)
+    startup: str = _key("where capture starts", "initial", choices=STARTUP_MODES)
+    chunk_size: int = _key("rows per snapshot split", 10000, minimum=1)
+    parallelism: int = _key("snapshot readers working at once", 2, minimum=1, maximum=64)
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str = _key("Delta root: bronze/, silver/ and _state/ live under it")
+
+
+@dataclass(frozen=True)
+class Engine:
+    mode: str = _key("sail (embedded), remote (sc:// URL), local (JVM Spark + delta-spark), "
+                     "active (the running SparkSession, e.g. Databricks)", "sail",
+                     choices=ENGINE_MODES)
+    url: str = _key("Spark Connect URL for mode remote", "")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str = _key("silver table name: <target.path>/silver/<name>", pattern=_IDENTIFIER)
+    source: str = _key("db.table, or a regular expression matching whole db.table names")
+    projection: str = _key("SELECT ... FROM <table> [WHERE ...], MySQL or Spark SQL", "")
+    primary_key: list[str] = _key("key columns, for tables without a primary key", [])
+
+    @property
+    def is_pattern(self) -> bool:
+        """Literal `db.table` (identifier characters only) or a regular expression."""
+        return not re.fullmatch(r"[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+", self.source)
+
+    def matches(self, db: str, table: str) -> bool:
+        if not self.is_pattern:
+            return self.source.lower() == f"{db}.{table}".lower()
+        return re.fullmatch(self.source, f"{db}.{table}") is not None
+
+    @property
+    def literal_parts(self) -> tuple[str, str] | None:
+        return tuple(self.source.split(".")) if not self.is_pattern else None  # type: ignore
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str = _key("pipeline name", pattern=_IDENTIFIER)
+    source: Source = _key("the MySQL/MariaDB source")
+    target: Target = _key("the Delta lakehouse")
+    tables: list[Table] = _key("tables to capture; each becomes one silver table")
+    engine: Engine = _key("Spark engine; the CLI's --engine overrides it", Engine())
+    file: str = field(default="", metadata={"internal": True}, compare=False)
+
+    @property
+    def root(self) -> Path:
+        return Path(self.target.path)
+
+    def table(self, name: str) -> Table:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(name)
+
+
+def load_pipeline(file: str | Path, environ: dict[str, str] | None = None) -> Pipeline:
+    """Parse and check a pipeline file offline (no database): keys, types, regexes, projections."""
+    doc = read_document(file, environ)
+    pipeline = _build(Pipeline, doc.values, "", doc)
+    pipeline = _replace_file(pipeline, str(file))
+    _check_tables(pipeline, doc)
+    return pipeline
+
+
+def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
+    import dataclasses
+    target = pipeline.target
+    path = Path(target.path)
+    if not path.is_absolute() and not re.match(r"^[a-z][a-z0-9+]*://", target.path):
+        # A relative target is relative to the pipeline file, so runs from any directory agree.
+        target = Target(path=str((Path(file).resolve().parent / path).resolve()))
+    return dataclasses.replace(pipeline, file=file, target=target)
+
+
+def _check_tables(pipeline: Pipeline, doc: Document) -> None:
+    from cdc_sql.config.projection import parse_projection
+
+    if not pipeline.tables:
+        raise doc.error("list at least one table", "tables")
+    seen: dict[str, int] = {}
+    for i, table in enumerate(pipeline.tables):
+        path = f"tables[{i}]"
+        if table.name.lower() in seen:
+            raise doc.error(f"table name `{table.name}` is used twice (also tables[{seen[table.name.lower()]}])",
+                            f"{path}.name")
+        seen[table.name.lower()] = i
+        if table.is_pattern:
+            try:
+                re.compile(table.source)
+            except re.error as exc:
+                raise doc.error(f"`{table.source}` is neither db.table nor a valid regular "
+                                f"expression ({exc})", f"{path}.source") from None
+            if "." not in table.source:
+                raise doc.error(f"`{table.source}` must name db.table (a regular expression must "
+                                f"match whole db.table names, e.g. shop\\.orders_[0-9]+)",
+                                f"{path}.source")
+        if table.projection:
+            try:
+                parse_projection(table.projection, table)
+            except ConfigError as exc:
+                raise doc.error(exc.detail, f"{path}.projection") from None
+
+
+def _build(cls: type, values: Any, path: str, doc: Document) -> Any:
+    if not isinstance(values, dict):
+        raise doc.error(f"expected a mapping of keys, got {_kind(values)}", path or "")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls) if not f.metadata.get("internal")}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        where = f"{path}.{unknown[0]}" if path else unknown[0]
+        raise doc.error(f"unknown key `{unknown[0]}`; the keys here are: {', '.join(known)}", where)
+    kwargs = {}
+    for name, spec in known.items():
+        child = f"{path}.{name}" if path else name
+        if name not in values:
+            if spec.default is MISSING and spec.default_factory is MISSING:
+                raise doc.error(f"missing required key `{name}` ({spec.metadata['doc']})", child)
+            continue
+        kwargs[name] = _convert(hints[name], values[name], spec.metadata, child, doc)
+        required = spec.default is MISSING and spec.default_factory is MISSING
+        if required and kwargs[name] in ("", []):
+            raise doc.error(f"`{name}` must not be empty ({spec.metadata['doc']})", child)
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is list:
+        (item_hint,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise doc.error(f"expected a list, got {_kind(value)}", path)
+        return [_convert(item_hint, item, {}, f"{path}[{i}]", doc) for i, item in enumerate(value)]
+    if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+        return _build(hint, value, path, doc)
+    if isinstance(hint, types.UnionType):
+        raise TypeError(hint)
+    shown = "(hidden)" if rules.get("secret") else repr(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+                value = int(value)  # from ${VAR} interpolation
+            else:
+                raise doc.error(f"expected a whole number, got {shown}", path)
+        if "minimum" in rules and value < rules["minimum"]:
+            raise doc.error(f"must be at least {rules['minimum']}, got {value}", path)
+        if "maximum" in rules and value > rules["maximum"]:
+            raise doc.error(f"must be at most {rules['maximum']}, got {value}", path)
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise doc.error(f"expected true or false, got {shown}", path)
+        return value
+    if hint is str:
+        if value is None:
+            value = ""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str):
+            raise doc.error(f"expected text, got {_kind(value)}", path)
+        if "choices" in rules and value not in rules["choices"]:
+            raise doc.error(f"must be one of {', '.join(rules['choices'])}; got {shown}", path)
+        if "pattern" in rules and not rules["pattern"].fullmatch(value):
+            raise doc.error(f"{shown} is not a valid name (letters, digits and _, not starting "
+                            f"with a digit)", path)
+        return value
+    raise TypeError(f"unsupported config type {hint}")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "text", bool: "true/false",
+            type(None): "nothing"}.get(type(value), type(value).__name__)

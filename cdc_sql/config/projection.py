@@ -1,0 +1,166 @@
+"""Projections: `SELECT ... FROM <table> [WHERE ...]`, checked and transpiled with sqlglot.
+
+A projection maps one source row to one silver row, so it must be row-by-row and repeatable:
+one table, no joins, subqueries, aggregates, windows, ordering or non-deterministic functions, and
+every primary-key column kept. The WHERE becomes a membership test: a row that stops matching
+leaves silver, one that starts matching enters it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from cdc_sql.errors import ConfigError
+from cdc_sql.sql import quote
+
+DIALECTS = ("mysql", "spark")
+
+_NON_DETERMINISTIC_CLASSES = tuple(
+    getattr(exp, name) for name in (
+        "Rand", "Randn", "Uuid", "CurrentDate", "CurrentTime", "CurrentTimestamp",
+        "CurrentDatetime", "CurrentUser", "CurrentSchema", "UnixSeconds",
+    ) if hasattr(exp, name)
+)
+_NON_DETERMINISTIC_NAMES = {
+    "NOW", "SYSDATE", "CURDATE", "CURTIME", "UTC_DATE", "UTC_TIME", "UTC_TIMESTAMP",
+    "LOCALTIME", "LOCALTIMESTAMP", "UNIX_TIMESTAMP", "RAND", "RANDOM", "RANDN", "UUID",
+    "UUID_SHORT", "CONNECTION_ID", "LAST_INSERT_ID", "USER", "CURRENT_USER", "SESSION_USER",
+    "SYSTEM_USER", "FOUND_ROWS", "ROW_COUNT", "SLEEP", "MONOTONICALLY_INCREASING_ID",
+    "SPARK_PARTITION_ID", "INPUT_FILE_NAME", "SHUFFLE", "CURRENT_TIMEZONE", "CURRENT_DATABASE",
+}
+_FORBIDDEN_CLAUSES = {
+    "joins": "a JOIN (a projection reads one table)",
+    "group": "GROUP BY (a projection maps one row to one row)",
+    "having": "HAVING (a projection maps one row to one row)",
+    "order": "ORDER BY (silver has no order)",
+    "limit": "LIMIT (silver holds every matching row)",
+    "distinct": "DISTINCT (a projection maps one row to one row)",
+    "with_": "WITH (a projection reads one table)",
+}
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A checked projection: Spark SQL pieces ready for the silver step."""
+
+    columns: tuple[tuple[str, str], ...]  # (Spark SQL expression over source columns, output name)
+    where: str | None                    # Spark SQL predicate, or None
+    key: tuple[str, ...]                 # output names of the primary-key columns, in key order
+
+
+def parse_projection(sql: str, table) -> exp.Select:
+    """Parse (MySQL first, then Spark) and check what needs no database."""
+    tree, first_error = None, None
+    for dialect in DIALECTS:
+        try:
+            statements = sqlglot.parse(sql, read=dialect)
+        except ParseError as exc:
+            first_error = first_error or exc
+            continue
+        statements = [s for s in statements if s is not None]
+        if len(statements) != 1:
+            raise ConfigError("write exactly one SELECT statement")
+        tree = statements[0]
+        break
+    if tree is None:
+        detail = first_error.errors[0] if first_error.errors else {}
+        where = f" at line {detail.get('line')}, column {detail.get('col')}" if detail else ""
+        near = f" near `{detail.get('highlight')}`" if detail.get("highlight") else ""
+        description = detail.get("description", str(first_error)).split(". Line")[0]
+        raise ConfigError(f"SQL syntax error{where}{near}: {description}")
+    if not isinstance(tree, exp.Select):
+        raise ConfigError(f"expected `SELECT ... FROM <table>`, got a {tree.key.upper()} statement")
+    for clause, why in _FORBIDDEN_CLAUSES.items():
+        if tree.args.get(clause):
+            raise ConfigError(f"{why} is not allowed in a projection")
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if from_ is None or not isinstance(from_.this, exp.Table):
+        raise ConfigError("a projection needs `FROM <table>` naming its source table")
+    tables = list(tree.find_all(exp.Table))
+    if len(tables) != 1 or any(True for _ in tree.find_all(exp.Subquery)):
+        raise ConfigError("a projection reads exactly one table (no joins or subqueries)")
+    parts = table.literal_parts if table is not None else None
+    if parts and from_.this.name.lower() != parts[1].lower():
+        raise ConfigError(f"FROM names `{from_.this.name}`, but the source table is `{parts[1]}` "
+                          f"(write FROM {parts[1]})")
+    for node in tree.find_all(exp.AggFunc):
+        raise ConfigError(f"aggregate `{node.sql()}` is not allowed: a projection maps one row to one row")
+    for node in tree.find_all(exp.Window):
+        raise ConfigError(f"window function `{node.sql()}` is not allowed in a projection")
+    for node in tree.find_all(exp.Func):
+        name = node.name.upper() if isinstance(node, exp.Anonymous) else ""
+        if isinstance(node, _NON_DETERMINISTIC_CLASSES) or name in _NON_DETERMINISTIC_NAMES:
+            raise ConfigError(f"`{node.sql()}` is not deterministic: replaying a change must give "
+                              f"the same silver row")
+    return tree
+
+
+def resolve_projection(table, columns: list[str], key: list[str]) -> Projection:
+    """Check a projection against the source's columns and key; default is SELECT *."""
+    tree = parse_projection(table.projection or "SELECT * FROM t", None if not table.projection
+                            else table)
+    by_lower = {c.lower(): c for c in columns}
+    source_name = tree.args.get("from_").this.alias_or_name.lower()
+
+    def source_column(node: exp.Column) -> str:
+        if node.table and node.table.lower() != source_name:
+            raise ConfigError(f"column `{node.sql()}` names table `{node.table}`, which is not "
+                              f"the projection's source")
+        if node.name.lower() not in by_lower:
+            raise ConfigError(f"column `{node.name}` does not exist in the source table "
+                              f"(its columns: {', '.join(columns)})")
+        return by_lower[node.name.lower()]
+
+    output: list[tuple[str, str]] = []
+    key_names: dict[str, str] = {}
+    for item in tree.expressions:
+        if isinstance(item, exp.Star):
+            for column in columns:
+                output.append((quote(column), column))
+                key_names.setdefault(column, column)
+            continue
+        inner = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(inner, exp.Column) and isinstance(inner.this, exp.Star):
+            raise ConfigError("write `*`, not `table.*`")
+        if not isinstance(item, exp.Alias) and not isinstance(item, exp.Column):
+            raise ConfigError(f"give the expression `{item.sql()}` a name with AS")
+        name = item.alias_or_name
+        for column in inner.find_all(exp.Column):
+            source_column(column)
+        if isinstance(inner, exp.Column):
+            key_names.setdefault(source_column(inner), name)
+        output.append((_to_spark(inner, by_lower), name))
+    seen: set[str] = set()
+    for _, name in output:
+        if name.lower() in seen:
+            raise ConfigError(f"the projection names the column `{name}` twice")
+        if name.lower().startswith("_cdc_"):
+            raise ConfigError(f"`{name}`: names starting with _cdc_ are reserved for cdc-sql")
+        seen.add(name.lower())
+    missing = [k for k in key if k not in key_names]
+    if missing:
+        raise ConfigError(f"the projection drops the primary-key column `{missing[0]}`; keep every "
+                          f"key column ({', '.join(key)}) so silver rows can be matched")
+    where = tree.args.get("where")
+    if where is not None:
+        for column in where.find_all(exp.Column):
+            source_column(column)
+    return Projection(
+        columns=tuple(output),
+        where=_to_spark(where.this, by_lower) if where is not None else None,
+        key=tuple(key_names[k] for k in key),
+    )
+
+
+def _to_spark(node: exp.Expression, by_lower: dict[str, str]) -> str:
+    """Spark SQL for an expression over the source columns (qualifiers dropped, names exact)."""
+    def rewrite(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column):
+            return exp.column(by_lower[n.name.lower()], quoted=True)
+        return n
+
+    return node.copy().transform(rewrite).sql(dialect="spark")
+

@@ -1,0 +1,130 @@
+"""A throwaway MariaDB server in a temp dir: for the demo and the integration tests.
+
+It runs Debian's `mariadbd` on a free loopback port with the binlog settings cdc-sql needs
+(DESIGN section 4), and is stopped by PID. Nothing here is used by the pipeline itself.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pymysql
+
+BINLOG_FLAGS = [
+    "--log-bin=binlog",
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--binlog-row-metadata=FULL",
+    "--server-id=1",
+]
+USER, PASSWORD = "cdc", "cdc-secret"
+
+
+class MariaDBNotInstalled(RuntimeError):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
+    if not path:
+        raise MariaDBNotInstalled(
+            f"{name} not found: install Debian's mariadb-server (`scripts/setup` does it)"
+        )
+    return path
+
+
+@dataclass
+class MariaDB:
+    """One private server. Use as a context manager, or call start()/stop()."""
+
+    extra_flags: list[str] = field(default_factory=list)
+    root: Path | None = None
+    port: int = 0
+    process: subprocess.Popen | None = None
+
+    @property
+    def socket_path(self) -> str:
+        return str(self.root / "mysqld.sock")
+
+    def start(self, timeout: float = 60.0) -> "MariaDB":
+        self.root = Path(tempfile.mkdtemp(prefix="cdc-sql-mariadb-"))
+        data = self.root / "data"
+        self.port = self.port or _free_port()
+        run_as_root = ["--user=root"] if os.geteuid() == 0 else []
+        subprocess.run(
+            [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={data}",
+             "--auth-root-authentication-method=normal", "--skip-test-db", *run_as_root],
+            check=True, capture_output=True,
+        )
+        self.process = subprocess.Popen(
+            [_binary("mariadbd"), "--no-defaults", f"--datadir={data}",
+             f"--socket={self.socket_path}", f"--port={self.port}", "--bind-address=127.0.0.1",
+             f"--pid-file={self.root / 'mysqld.pid'}", f"--log-error={self.root / 'error.log'}",
+             "--skip-name-resolve", "--innodb-buffer-pool-size=256M",
+             "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0",
+             *BINLOG_FLAGS, *run_as_root, *self.extra_flags],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        self._wait_ready(timeout)
+        with pymysql.connect(unix_socket=self.socket_path, user="root", autocommit=True) as conn:
+            with conn.cursor() as cur:
+                cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (USER, PASSWORD))
+                cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'%%' WITH GRANT OPTION", (USER,))
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log = (self.root / "error.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"mariadbd exited with {self.process.returncode}:\n{log}")
+            try:
+                pymysql.connect(unix_socket=self.socket_path, user="root").close()
+                return
+            except pymysql.err.OperationalError:
+                time.sleep(0.1)
+        raise TimeoutError(f"mariadbd did not accept connections within {timeout}s")
+
+    def connect(self, db: str | None = None, **kwargs) -> pymysql.connections.Connection:
+        return pymysql.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD,
+                               database=db, autocommit=True, **kwargs)
+
+    def execute(self, *statements: str, db: str | None = None) -> None:
+        with self.connect(db) as conn, conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+
+    def query(self, sql: str, args=None, db: str | None = None) -> list[tuple]:
+        with self.connect(db) as conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self.root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "MariaDB":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,131 @@
+"""Spark sessions, and the one place that knows how engines differ.
+
+Modes:
+- `sail`   (default) an in-process Sail Spark Connect server (pysail): no JVM, Delta built in.
+- `remote` any Spark Connect URL (`sc://host:port`), e.g. a Spark 4 cluster with Delta.
+- `active` the SparkSession already running, as in a Databricks job.
+- `local`  a JVM Spark with delta-spark; needs the Delta jars from Maven or `spark.jars`.
+Everything else speaks portable Spark SQL through the session this module returns.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from cdc_sql.errors import CdcError
+
+log = logging.getLogger(__name__)
+SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
+
+
+def table_ref(path: str) -> str:
+    """A Delta table by path, in SQL (works on Sail and on Spark with Delta)."""
+    return "delta.`" + str(path).replace("`", "``") + "`"
+
+
+@dataclass
+class Engine:
+    mode: str
+    spark: object
+    _server: object = field(default=None, repr=False)
+
+    @property
+    def is_sail(self) -> bool:
+        return self.mode == "sail"
+
+    def table_ref(self, path: str) -> str:
+        return table_ref(path)
+
+    def read(self, path: str):
+        return self.spark.read.format("delta").load(str(path))
+
+    def exists(self, path: str) -> bool:
+        # Checked on the driver's file system for local paths; engines agree on `_delta_log`.
+        if "://" in str(path):
+            try:
+                self.read(path).schema  # noqa: B018 - forces resolution
+                return True
+            except Exception:  # noqa: BLE001 - any engine's "not a Delta table"
+                return False
+        return os.path.isdir(os.path.join(str(path), "_delta_log"))
+
+    def append(self, df, path: str, merge_schema: bool = False) -> None:
+        writer = df.write.format("delta").mode("append")
+        if merge_schema:  # Sail has no ALTER TABLE ADD COLUMNS; schema-merging appends work everywhere
+            writer = writer.option("mergeSchema", "true")
+        writer.save(str(path))
+
+    def replace_where(self, df, path: str, predicate: str) -> None:
+        """Atomically replace the rows matching `predicate` (a split's rows on retry)."""
+        df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(str(path))
+
+    def stop(self) -> None:
+        if self._server is not None:
+            try:
+                self.spark.stop()
+            finally:
+                self._server.stop()
+                self._server = None
+
+
+def start(mode: str = "sail", url: str = "") -> Engine:
+    mode = mode or "sail"
+    if mode == "sail":
+        return _start_sail()
+    if mode == "remote":
+        if not url.startswith("sc://"):
+            raise CdcError("engine mode `remote` needs engine.url (or --engine-url) as sc://host:port")
+        from pyspark.sql import SparkSession
+
+        return Engine(mode, _configure(SparkSession.builder.remote(url).getOrCreate()))
+    if mode == "active":
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise CdcError("engine mode `active` needs a running SparkSession (e.g. a Databricks "
+                           "job); use `sail` to run locally")
+        return Engine(mode, _configure(spark))
+    if mode == "local":
+        return _start_local()
+    raise CdcError(f"unknown engine mode `{mode}` (sail, remote, active, local)")
+
+
+def _start_sail() -> Engine:
+    os.environ.setdefault("RUST_LOG", "warn")  # Sail logs each Delta commit retry as an ERROR line
+    from pysail.spark import SparkConnectServer
+    from pyspark.sql import SparkSession
+
+    server = SparkConnectServer(ip="127.0.0.1", port=0)
+    server.start(background=True)
+    _, port = server.listening_address
+    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+    return Engine("sail", _configure(spark), server)
+
+
+def _start_local() -> Engine:
+    try:
+        from delta import configure_spark_with_delta_pip
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise CdcError(f"engine mode `local` needs pyspark with a JVM and delta-spark: {exc}") from None
+    builder = (SparkSession.builder.master("local[*]").appName("cdc-sql")
+               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+               .config("spark.sql.catalog.spark_catalog",
+                       "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
+    try:  # downloads the Delta jars from Maven unless spark.jars already names them
+        spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - JVM start failures come in many types
+        raise CdcError("engine mode `local` could not start a JVM Spark with Delta (it needs Java "
+                       f"and the Delta jars from Maven or spark.jars): {str(exc).splitlines()[0]}") from None
+    return Engine("local", _configure(spark))
+
+
+def _configure(spark):
+    import udfs
+
+    for key, value in SESSION_CONF.items():
+        spark.conf.set(key, value)
+    udfs.register(spark)
+    return spark

@@ -1,0 +1,68 @@
+"""The checkpoint: an append-only Delta table under `<target>/_state`; the newest entry wins.
+
+Entries are (kind, name) -> JSON value:
+- ("split", "<db.table>#<id>"): a snapshot split's bounds, status, watermark, attempt, rows;
+- ("table", "<silver name>"): the applied offset P and whether the snapshot is merged;
+- ("capture", "binlog"): where the binlog reader resumes, a transaction boundary;
+- ("run", "last"): the last run and its outcome.
+Several entries written together land in one Delta commit, so they change together or not at all.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+STATE_SCHEMA = "kind STRING, name STRING, value STRING, seq LONG, run_id STRING, written_at TIMESTAMP"
+
+
+@dataclass
+class Checkpoint:
+    entries: dict[tuple[str, str], dict] = field(default_factory=dict)
+
+    def get(self, kind: str, name: str) -> dict | None:
+        return self.entries.get((kind, name))
+
+    def of_kind(self, kind: str) -> dict[str, dict]:
+        return {name: value for (k, name), value in self.entries.items() if k == kind}
+
+    def splits(self, source_table: str) -> list[dict]:
+        prefix = f"{source_table}#"
+        found = [v for name, v in self.of_kind("split").items() if name.startswith(prefix)]
+        return sorted(found, key=lambda s: s["split_id"])
+
+
+class State:
+    def __init__(self, engine, root: str):
+        self.engine = engine
+        self.path = f"{root}/_state/checkpoint"
+        self.run_id = uuid.uuid4().hex[:12]
+        self._last_seq = 0
+        self._lock = threading.Lock()
+
+    def load(self) -> Checkpoint:
+        checkpoint = Checkpoint()
+        if not self.engine.exists(self.path):
+            return checkpoint
+        rows = self.engine.read(self.path).select("kind", "name", "value", "seq").toArrow().to_pylist()
+        for row in sorted(rows, key=lambda r: r["seq"]):
+            checkpoint.entries[(row["kind"], row["name"])] = json.loads(row["value"])
+        return checkpoint
+
+    def write(self, *entries: tuple[str, str, dict]) -> None:
+        """Append entries in one commit; `seq` orders them across runs and threads."""
+        import datetime as dt
+
+        if not entries:
+            return
+        now = dt.datetime.now(dt.timezone.utc)
+        rows = []
+        with self._lock:  # snapshot readers report splits from several threads
+            for kind, name, value in entries:
+                self._last_seq = max(time.time_ns(), self._last_seq + 1)
+                rows.append((kind, name, json.dumps(value, sort_keys=True), self._last_seq,
+                             self.run_id, now))
+        df = self.engine.spark.createDataFrame(rows, STATE_SCHEMA)
+        self.engine.append(df, self.path)

@@ -1,0 +1,301 @@
+"""One run of a pipeline: source -> bronze -> silver, one phase after the other.
+
+1. connect, read the schemas, check binlog settings and projections (nothing written yet);
+2. plan splits for tables that have none, snapshot the unfinished ones in parallel;
+3. capture the binlog from where it stopped (first time: the lowest watermark) up to the source
+   position seen at start, whole transactions per bronze commit;
+4. merge each silver table's ready window, then record the applied offset.
+Each phase commits before the next starts and every commit is replay-safe, so a run killed
+anywhere is finished by the next one.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from cdc_sql.config.model import Pipeline
+from cdc_sql.errors import CdcError, SourceError
+from cdc_sql.lake import bronze
+from cdc_sql.lake.silver import SilverPlan, merge_batch, plan_silver
+from cdc_sql.lake.state import Checkpoint, State
+from cdc_sql.source import mysql
+from cdc_sql.source.binlog import BinlogReader
+from cdc_sql.source.offsets import Position
+from cdc_sql.source.schema import SourceTable, read_tables
+from cdc_sql.source.snapshot import read_split
+from cdc_sql.source.splits import Split, plan_splits
+from cdc_sql.source.watermarks import binary_log_status
+
+log = logging.getLogger("cdc_sql")
+UNSUPPORTED_STARTUP = {"timestamp", "offset"}
+BATCH_ROWS, BATCH_SECONDS = 50_000, 5.0
+
+
+@dataclass
+class SourceView:
+    """What the source told us at the start of a run."""
+
+    mariadb: bool
+    plans: list[SilverPlan]
+    end: Position                       # the binlog end when the run started
+    first_binlog: Position
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def source_tables(self) -> list[SourceTable]:
+        return [t for plan in self.plans for t in plan.sources]
+
+
+def inspect_source(pipeline: Pipeline) -> SourceView:
+    """Everything `validate` checks against a live source; raises with what to fix."""
+    if pipeline.source.startup in UNSUPPORTED_STARTUP:
+        raise CdcError(f"{pipeline.file}: source.startup `{pipeline.source.startup}` is not "
+                       f"supported yet; use initial, latest, earliest or snapshot-only")
+    with mysql.cursor(pipeline.source) as cur:
+        mariadb = mysql.is_mariadb(cur)
+        warnings = check_binlog_settings(cur, pipeline.source.startup)
+        plans = [plan_silver(spec, read_tables(cur, spec), pipeline.file, i)
+                 for i, spec in enumerate(pipeline.tables)]
+        end, _ = binary_log_status(cur)
+        cur.execute("SHOW BINARY LOGS")
+        first_binlog = Position(cur.fetchone()[0], 4)
+    if not mariadb:
+        warnings.append("MySQL source: snapshot watermarks are position-based, and group commit "
+                        "can make one unsafe under heavy writes (GTID watermarks: planned)")
+    return SourceView(mariadb, plans, end, first_binlog, warnings)
+
+
+def check_binlog_settings(cur, startup: str) -> list[str]:
+    found = mysql.variables(cur, "log_bin", "binlog_format", "binlog_row_image",
+                            "binlog_row_metadata")
+    needed = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL"}
+    wrong = [f"{name}={found.get(name, 'unset')} (needs {value})"
+             for name, value in needed.items() if found.get(name, "").upper() != value]
+    if wrong and startup != "snapshot-only":
+        raise SourceError("the source's binlog cannot feed CDC: " + ", ".join(wrong) +
+                          ". Start the server with --log-bin --binlog-format=ROW "
+                          "--binlog-row-image=FULL --binlog-row-metadata=FULL")
+    if found.get("binlog_row_metadata", "FULL").upper() != "FULL":
+        return ["binlog_row_metadata is not FULL: column names come from the current schema, "
+                "which is wrong for events written before a column change"]
+    return []
+
+
+class Runner:
+    def __init__(self, pipeline: Pipeline, engine, stop: threading.Event | None = None):
+        self.pipeline, self.engine = pipeline, engine
+        self.root = str(pipeline.root)
+        self.state = State(engine, self.root)
+        self.stop = stop or threading.Event()
+
+    # -- the whole run ---------------------------------------------------------------------
+    def run(self, until_caught_up: bool = True, poll_seconds: float = 1.0) -> dict:
+        view = inspect_source(self.pipeline)
+        for warning in view.warnings:
+            log.warning(warning)
+        started = time.monotonic()
+        summary = {"run_id": self.state.run_id, "started_at": _now(), "outcome": "failed"}
+        try:
+            checkpoint = self.state.load()
+            self._start_capture(view, checkpoint)
+            self.snapshot(view)
+            view = self._refresh_end(view)  # capture reaches past every snapshot watermark
+            while True:
+                checkpoint = self.state.load()
+                captured = self.capture(view, checkpoint, view.end)
+                merged = self.merge(view, self.state.load())
+                summary.update(captured_changes=captured, merged_tables=merged)
+                if until_caught_up or self.stop.is_set():
+                    break
+                if self.stop.wait(poll_seconds):
+                    break
+                view = self._refresh_end(view)
+            summary["outcome"] = "ok"
+            return summary
+        finally:
+            summary["seconds"] = round(time.monotonic() - started, 3)
+            try:
+                self.state.write(("run", "last", summary))
+            except Exception:  # noqa: BLE001 - never hide the run's own error
+                log.exception("could not record the run outcome")
+
+    def _refresh_end(self, view: SourceView) -> SourceView:
+        with mysql.cursor(self.pipeline.source) as cur:
+            view.end, _ = binary_log_status(cur)
+        return view
+
+    # -- phase 1: where capture starts --------------------------------------------------------
+    def _start_capture(self, view: SourceView, checkpoint: Checkpoint) -> None:
+        """For `latest` and `earliest`, capture starts at a fixed place chosen on the first run."""
+        startup = self.pipeline.source.startup
+        if checkpoint.get("capture", "binlog") or startup not in ("latest", "earliest"):
+            return
+        start = view.end if startup == "latest" else view.first_binlog
+        bronze.ensure_binlog_table(self.engine, self.root)
+        self.state.write(("capture", "binlog", {"position": str(start)}),
+                         *(("table", p.spec.name, {"applied": start.offset.text,
+                                                   "snapshot_merged": True}) for p in view.plans))
+        log.info("capture starts at %s (startup: %s)", start, startup)
+
+    # -- phase 2: snapshot ----------------------------------------------------------------------
+    def snapshot(self, view: SourceView) -> None:
+        if self.pipeline.source.startup not in ("initial", "snapshot-only"):
+            return
+        checkpoint = self.state.load()
+        with mysql.cursor(self.pipeline.source) as cur:
+            new = [(t, plan_splits(cur, t, self.pipeline.source.chunk_size))
+                   for t in view.source_tables if not checkpoint.splits(t.qualified)
+                   and not _merged(checkpoint, view, t)]
+        if new:
+            self.state.write(*(("split", s.name, {**s.to_json(), "status": "planned"})
+                               for _, splits in new for s in splits))
+            checkpoint = self.state.load()
+        pending = [(t, Split.from_json(s)) for t in view.source_tables
+                   for s in checkpoint.splits(t.qualified) if s["status"] != "done"]
+        if not pending:
+            return
+        for table in {t.qualified: t for t, _ in pending}.values():
+            bronze.ensure_snapshot_table(self.engine, self.root, table)
+            bronze.drop_unfinished(self.engine, self.root, table,
+                                   [s.split_id for t, s in pending if t is table])
+        progress = Progress("snapshot", len(pending))
+        with ThreadPoolExecutor(self.pipeline.source.parallelism, "split") as pool:
+            for rows in pool.map(lambda job: self._read_split(view, *job), pending):
+                progress.advance(rows)
+        progress.finish()
+
+    def _read_split(self, view: SourceView, table: SourceTable, split: Split) -> int:
+        if self.stop.is_set():
+            raise CdcError("stopped")
+        attempt, rows = uuid.uuid4().hex[:12], 0
+        read = read_split(self.pipeline.source, table, split, view.mariadb)
+        read_at = dt.datetime.now(dt.timezone.utc)
+        watermark = read.watermark.position
+        for batch in read.batches:
+            bronze.write_split_batch(self.engine, self.root, table, batch, split.split_id, attempt,
+                                     watermark.offset.text, read_at)
+            rows += batch.num_rows
+        self.state.write(("split", split.name, {
+            **split.to_json(), "status": "done", "attempt": attempt, "rows": rows,
+            "watermark": watermark.offset.text, "watermark_position": str(watermark),
+            "watermark_exact": read.watermark.exact}))
+        return rows
+
+    # -- phase 3: binlog capture ----------------------------------------------------------------
+    def capture(self, view: SourceView, checkpoint: Checkpoint, stop_at: Position) -> int:
+        if self.pipeline.source.startup == "snapshot-only":
+            return 0
+        saved = checkpoint.get("capture", "binlog")
+        start = Position.parse(saved["position"]) if saved else self._lowest_watermark(checkpoint)
+        if start is None:
+            return 0
+        bronze.ensure_binlog_table(self.engine, self.root)
+        start = bronze.resume_after(self.engine, self.root, start)
+        if start.offset >= stop_at.offset:
+            if not saved or Position.parse(saved["position"]) != start:
+                self._flush([], start)
+            return 0
+        reader = BinlogReader(self.pipeline.source, view.source_tables, start, stop_at)
+        changes: list[dict] = []
+        total, last_flush = 0, time.monotonic()
+        try:
+            for txn in reader.transactions():
+                for change in txn.changes:
+                    change["txn_end"] = str(txn.end)
+                changes.extend(txn.changes)
+                if len(changes) >= BATCH_ROWS or time.monotonic() - last_flush > BATCH_SECONDS:
+                    total += self._flush(changes, reader.position)
+                    changes, last_flush = [], time.monotonic()
+                if self.stop.is_set():
+                    break
+            total += self._flush(changes, reader.position)
+        finally:
+            reader.close()
+        log.info("binlog: %d changes captured, now at %s", total, reader.position)
+        return total
+
+    def _flush(self, changes: list[dict], position: Position) -> int:
+        bronze.append_changes(self.engine, self.root, changes)
+        self.state.write(("capture", "binlog", {"position": str(position)}))
+        return len(changes)
+
+    def _lowest_watermark(self, checkpoint: Checkpoint) -> Position | None:
+        marks = [Position.parse(s["watermark_position"]) for s in checkpoint.of_kind("split").values()
+                 if s.get("status") == "done"]
+        return min(marks, key=lambda p: p.offset) if marks else None
+
+    # -- phase 4: silver ------------------------------------------------------------------------
+    def merge(self, view: SourceView, checkpoint: Checkpoint) -> list[str]:
+        capture = checkpoint.get("capture", "binlog")
+        snapshot_only = self.pipeline.source.startup == "snapshot-only"
+        merged = []
+        for plan in view.plans:
+            table_state = checkpoint.get("table", plan.spec.name)
+            if table_state and table_state.get("snapshot_merged"):
+                if not capture or capture_offset(capture) <= table_state["applied"]:
+                    continue
+                merge_batch(self.engine, self.root, plan, table_state["applied"],
+                            capture_offset(capture), None)
+                upto = capture_offset(capture)
+            else:
+                splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
+                if not splits or any(s["status"] != "done" for s in splits):
+                    continue  # the snapshot is not finished: its events wait in bronze
+                highest = max(s["watermark"] for s in splits)
+                if snapshot_only:
+                    upto = highest
+                elif not capture or capture_offset(capture) < highest:
+                    continue  # capture has not reached every split's watermark yet
+                else:
+                    upto = capture_offset(capture)
+                done: dict[str, list[tuple[int, str]]] = {}
+                for s in splits:
+                    done.setdefault(s["source_table"], []).append((s["split_id"], s["attempt"]))
+                merge_batch(self.engine, self.root, plan, "", upto, done)
+            self.state.write(("table", plan.spec.name, {"applied": upto, "snapshot_merged": True}))
+            merged.append(plan.spec.name)
+            log.info("silver %s: merged up to %s", plan.spec.name, upto)
+        return merged
+
+
+def capture_offset(capture: dict) -> str:
+    return Position.parse(capture["position"]).offset.text
+
+
+def _merged(checkpoint: Checkpoint, view: SourceView, table: SourceTable) -> bool:
+    """A table whose silver already stands (e.g. startup: latest) needs no snapshot."""
+    for plan in view.plans:
+        if table in plan.sources:
+            state = checkpoint.get("table", plan.spec.name)
+            return bool(state and state.get("snapshot_merged"))
+    return False
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Progress:
+    """Splits done/total, rows, rows/s and ETA: a line per split (a bar is for issue 3)."""
+
+    def __init__(self, phase: str, total: int):
+        self.phase, self.total, self.done, self.rows = phase, total, 0, 0
+        self.started = time.monotonic()
+
+    def advance(self, rows: int) -> None:
+        self.done += 1
+        self.rows += rows
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        eta = elapsed / self.done * (self.total - self.done)
+        log.info("%s: %d/%d splits, %d rows, %.0f rows/s, ETA %.0fs", self.phase, self.done,
+                 self.total, self.rows, self.rows / elapsed, eta)
+
+    def finish(self) -> None:
+        elapsed = time.monotonic() - self.started
+        log.info("%s finished: %d splits, %d rows in %.1fs", self.phase, self.done, self.rows,
+                 elapsed)

@@ -1,0 +1,1 @@
+"""Everything that talks to MySQL/MariaDB: connections, schema, splits, watermarks, readers, offsets."""

@@ -1,0 +1,75 @@
+"""Connections to the source, with errors that say what to do and never show the password."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import pymysql
+import pymysql.cursors
+
+from cdc_sql.errors import SourceError
+
+# MySQL/MariaDB error numbers we explain to the user.
+_ACCESS_DENIED, _UNKNOWN_HOST, _CANT_CONNECT = 1045, 2005, 2003
+
+
+def connection_settings(source) -> dict:
+    """pymysql keyword arguments. Sessions read TIMESTAMP in UTC and text in utf8mb4."""
+    return {
+        "host": source.host, "port": source.port, "user": source.user,
+        "password": source.password, "charset": "utf8mb4", "connect_timeout": 10,
+        "init_command": "SET time_zone = '+00:00'",
+    }
+
+
+def where(source) -> str:
+    return f"{source.user}@{source.host}:{source.port}"
+
+
+def connect(source, **overrides) -> pymysql.connections.Connection:
+    settings = {**connection_settings(source), "autocommit": True, **overrides}
+    try:
+        return pymysql.connect(**settings)
+    except pymysql.err.OperationalError as exc:
+        raise explain(exc, source) from None
+
+
+def explain(exc: Exception, source) -> SourceError:
+    code = exc.args[0] if exc.args else None
+    if code == _ACCESS_DENIED:
+        return SourceError(f"access denied for {where(source)}: check source.user and "
+                           f"source.password (the password is not shown)")
+    if code in (_UNKNOWN_HOST, _CANT_CONNECT) or code == 2013:
+        return SourceError(f"cannot connect to {where(source)}: is the server running and "
+                           f"source.host/source.port right? ({_first_line(exc)})")
+    return SourceError(f"source {where(source)}: {_first_line(exc)}")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@contextmanager
+def cursor(source, streaming: bool = False) -> Iterator[pymysql.cursors.Cursor]:
+    cls = pymysql.cursors.SSCursor if streaming else pymysql.cursors.Cursor
+    conn = connect(source, cursorclass=cls)
+    try:
+        with conn.cursor() as cur:
+            yield cur
+    except pymysql.err.MySQLError as exc:
+        raise explain(exc, source) from None
+    finally:
+        conn.close()
+
+
+def variables(cur, *names: str) -> dict[str, str]:
+    """Global variables by name (lower-case keys); missing ones are absent."""
+    cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN (" +
+                ", ".join(["%s"] * len(names)) + ")", names)
+    return {name.lower(): value for name, value in cur.fetchall()}
+
+
+def is_mariadb(cur) -> bool:
+    cur.execute("SELECT VERSION()")
+    return "mariadb" in cur.fetchone()[0].lower()

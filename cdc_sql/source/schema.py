@@ -1,0 +1,136 @@
+"""Source tables, their columns, keys, and the MySQL -> Spark type mapping (DESIGN section 4)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cdc_sql.errors import SourceError
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    data_type: str        # information_schema DATA_TYPE, lower case: int, varchar, ...
+    column_type: str      # full COLUMN_TYPE: "int(10) unsigned", "set('a','b')", ...
+    precision: int | None
+    scale: int | None
+    fsp: int | None       # fractional seconds digits of TIME/DATETIME/TIMESTAMP
+    length: int | None    # character or byte length
+
+    @property
+    def unsigned(self) -> bool:
+        return "unsigned" in self.column_type
+
+    @property
+    def spark_type(self) -> str:
+        return spark_type(self)
+
+    @property
+    def set_members(self) -> list[str]:
+        """The members of an ENUM or SET, in definition order."""
+        inner = self.column_type[self.column_type.index("(") + 1:self.column_type.rindex(")")]
+        return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", inner)]
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    db: str
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.db}.{self.name}"
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(name)
+
+
+_INTEGERS = {"tinyint": ("BYTE", "SHORT"), "smallint": ("SHORT", "INT"),
+             "mediumint": ("INT", "INT"), "int": ("INT", "LONG"), "bigint": ("LONG", "DECIMAL(20,0)")}
+
+
+def spark_type(c: Column) -> str:
+    t = c.data_type
+    if t in _INTEGERS:
+        return _INTEGERS[t][1 if c.unsigned else 0]
+    if t == "decimal":
+        return f"DECIMAL({c.precision},{c.scale})" if c.precision <= 38 else "STRING"
+    if t == "float":
+        return "FLOAT"
+    if t == "double":
+        return "DOUBLE"
+    if t == "bit":
+        return "LONG" if (c.precision or 1) <= 63 else "BINARY"
+    if t == "date":
+        return "DATE"
+    if t == "datetime":
+        return "TIMESTAMP_NTZ"
+    if t == "timestamp":
+        return "TIMESTAMP"
+    if t == "year":
+        return "SHORT"
+    if t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
+        return "BINARY"
+    if t in ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+             "multipolygon", "geometrycollection"):
+        return "BINARY"
+    return "STRING"  # char, varchar, text, enum, set, json, time
+
+
+def read_tables(cur, table_spec) -> list[SourceTable]:
+    """Every base table matching a pipeline table's `source`, with columns and key."""
+    cur.execute(
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
+        "'BASE TABLE' AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', "
+        "'performance_schema', 'sys') ORDER BY TABLE_SCHEMA, TABLE_NAME")
+    names = [(db, name) for db, name in cur.fetchall() if table_spec.matches(db, name)]
+    return [read_table(cur, db, name, table_spec.primary_key) for db, name in names]
+
+
+def read_table(cur, db: str, name: str, declared_key: list[str] | tuple[str, ...] = ()) -> SourceTable:
+    cur.execute(
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, "
+        "DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (db, name))
+    rows = cur.fetchall()
+    if not rows:
+        raise SourceError(f"table {db}.{name} does not exist on the source")
+    columns = tuple(
+        Column(n, dt.lower(), ct.lower(), _int(p), _int(s), _int(f), _int(length))
+        for n, dt, ct, p, s, f, length, _ in rows
+    )
+    nullable = {n for n, *_, is_null in rows if is_null == "YES"}
+    key = _key(cur, db, name, nullable) or tuple(declared_key)
+    if not key:
+        raise SourceError(
+            f"table {db}.{name} has no primary key and no unique NOT NULL key: declare the "
+            f"columns that identify a row with `primary_key:` in its pipeline table entry")
+    names = {c.name for c in columns}
+    for column in key:
+        if column not in names:
+            raise SourceError(f"primary_key column `{column}` does not exist in {db}.{name}")
+    return SourceTable(db, name, columns, key)
+
+
+def _key(cur, db: str, name: str, nullable: set[str]) -> tuple[str, ...]:
+    """The PRIMARY key, else the first unique key whose columns are all NOT NULL."""
+    cur.execute(
+        "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+        "AND TABLE_NAME = %s AND NON_UNIQUE = 0 ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, "
+        "SEQ_IN_INDEX", (db, name))
+    indexes: dict[str, list[str]] = {}
+    for index, column in cur.fetchall():
+        indexes.setdefault(index, []).append(column)
+    for columns in indexes.values():
+        if not nullable.intersection(columns):
+            return tuple(columns)
+    return ()
+
+
+def _int(value) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,129 @@
+"""Snapshot splits: contiguous primary-key ranges [lower, upper) that cover every key value.
+
+The first split is open below and the last open above, so a key inserted later, anywhere, still
+falls in exactly one split. Bounds are compared by MySQL itself (row constructors in the split's
+WHERE), so string keys follow the column's collation and composite keys their index order.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+from dataclasses import dataclass
+
+from cdc_sql.source.schema import SourceTable
+
+_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
+
+
+@dataclass(frozen=True)
+class Split:
+    source_table: str            # db.table
+    split_id: int
+    lower: tuple | None          # inclusive; None = open below
+    upper: tuple | None          # exclusive; None = open above
+
+    @property
+    def name(self) -> str:
+        return f"{self.source_table}#{self.split_id}"
+
+    def to_json(self) -> dict:
+        dump = lambda b: [_value_to_json(v) for v in b] if b is not None else None  # noqa: E731
+        return {"source_table": self.source_table, "split_id": self.split_id,
+                "lower": dump(self.lower), "upper": dump(self.upper)}
+
+    @classmethod
+    def from_json(cls, value: dict) -> "Split":
+        load = lambda b: tuple(_value_from_json(v) for v in b) if b is not None else None  # noqa: E731
+        return cls(value["source_table"], value["split_id"], load(value["lower"]),
+                   load(value["upper"]))
+
+    def where(self, key_sql: list[str]) -> tuple[str, list]:
+        """A MySQL predicate selecting this split's rows, with its parameters."""
+        row = f"({', '.join(key_sql)})" if len(key_sql) > 1 else key_sql[0]
+        marks = lambda n: f"({', '.join(['%s'] * n)})" if n > 1 else "%s"  # noqa: E731
+        parts, args = [], []
+        if self.lower is not None:
+            parts.append(f"{row} >= {marks(len(self.lower))}")
+            args.extend(self.lower)
+        if self.upper is not None:
+            parts.append(f"{row} < {marks(len(self.upper))}")
+            args.extend(self.upper)
+        return (" AND ".join(parts) or "TRUE"), args
+
+
+_TAGS = {"decimal": decimal.Decimal, "datetime": dt.datetime.fromisoformat,
+         "date": dt.date.fromisoformat, "base64": base64.b64decode,
+         "timedelta": lambda us: dt.timedelta(microseconds=us)}
+
+
+def _value_to_json(value):
+    """Key values in state JSON, keeping their type (the split SELECT binds them back)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return {"decimal": str(value)}
+    if isinstance(value, dt.datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"date": value.isoformat()}
+    if isinstance(value, (bytes, bytearray)):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, dt.timedelta):
+        return {"timedelta": value // dt.timedelta(microseconds=1)}
+    if isinstance(value, float):
+        return value
+    raise TypeError(f"cannot keep a key value of type {type(value).__name__} in state")
+
+
+def _value_from_json(value):
+    if isinstance(value, dict):
+        ((tag, text),) = value.items()
+        return _TAGS[tag](text)
+    return value
+
+
+def mysql_quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def plan_splits(cur, table: SourceTable, chunk_size: int) -> list[Split]:
+    """Even ranges by MIN/MAX arithmetic for dense integer keys, else by walking the key index."""
+    key = [mysql_quote(k) for k in table.key]
+    source = f"{mysql_quote(table.db)}.{mysql_quote(table.name)}"
+    cur.execute(f"SELECT COUNT(*) FROM {source}")
+    count = cur.fetchone()[0]
+    if count <= chunk_size:
+        return [Split(table.qualified, 0, None, None)]
+    boundaries: list[tuple]
+    if len(key) == 1 and table.column(table.key[0]).data_type in _INTEGER_TYPES:
+        cur.execute(f"SELECT MIN({key[0]}), MAX({key[0]}) FROM {source}")
+        low, high = cur.fetchone()
+        spread = high - low + 1
+        if spread <= 2 * count:  # dense enough that equal ranges hold about equal rows
+            step = max(1, -(-spread * chunk_size // count))
+            boundaries = [(b,) for b in range(low + step, high + 1, step)]
+            return _from_boundaries(table.qualified, boundaries)
+    boundaries = _walk(cur, source, key, chunk_size)
+    return _from_boundaries(table.qualified, boundaries)
+
+
+def _walk(cur, source: str, key: list[str], chunk_size: int) -> list[tuple]:
+    """Every chunk_size-th key in index order: `WHERE key > last ORDER BY key LIMIT n,1`."""
+    columns, order = ", ".join(key), ", ".join(key)
+    row = f"({columns})" if len(key) > 1 else columns
+    marks = f"({', '.join(['%s'] * len(key))})" if len(key) > 1 else "%s"
+    boundaries: list[tuple] = []
+    cur.execute(f"SELECT {columns} FROM {source} ORDER BY {order} LIMIT %s, 1", (chunk_size,))
+    found = cur.fetchone()
+    while found is not None:
+        boundaries.append(tuple(found))
+        cur.execute(f"SELECT {columns} FROM {source} WHERE {row} > {marks} ORDER BY {order} "
+                    f"LIMIT %s, 1", (*found, chunk_size - 1))
+        found = cur.fetchone()
+    return boundaries
+
+
+def _from_boundaries(source_table: str, boundaries: list[tuple]) -> list[Split]:
+    bounds = [None, *boundaries, None]
+    return [Split(source_table, i, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]

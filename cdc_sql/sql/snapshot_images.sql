@@ -1,0 +1,12 @@
+-- Rows of the snapshot splits being merged, each placed at its split's watermark.
+-- Only the attempt that state marks done is read ({{ done_splits }}: split_id, attempt).
+SELECT
+  {{ columns }},
+  b._cdc_watermark AS _cdc_offset,
+  'r' AS _cdc_op,
+  b._cdc_read_at AS _cdc_ts,
+  {{ source_table }} AS _cdc_source_table,
+  FALSE AS _cdc_deleted
+FROM {{ bronze_snapshot }} AS b
+JOIN {{ done_splits }} AS d
+  ON b._cdc_split_id = d.split_id AND b._cdc_attempt = d.attempt
