@@ -99,8 +99,9 @@ class MariaDB:
         raise TimeoutError(f"mariadbd did not accept connections within {timeout}s")
 
     def connect(self, db: str | None = None, **kwargs) -> pymysql.connections.Connection:
+        settings = {"autocommit": True, **kwargs}
         return pymysql.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD,
-                               database=db, autocommit=True, **kwargs)
+                               database=db, **settings)
 
     def execute(self, *statements: str, db: str | None = None) -> None:
         with self.connect(db) as conn, conn.cursor() as cur:

@@ -102,6 +102,7 @@ class Runner:
         summary = {"run_id": self.state.run_id, "started_at": _now(), "outcome": "failed"}
         try:
             checkpoint = self.state.load()
+            bronze.ensure_binlog_table(self.engine, self.root)
             self._start_capture(view, checkpoint)
             self.snapshot(view)
             view = self._refresh_end(view)  # capture reaches past every snapshot watermark
@@ -136,7 +137,6 @@ class Runner:
         if checkpoint.get("capture", "binlog") or startup not in ("latest", "earliest"):
             return
         start = view.end if startup == "latest" else view.first_binlog
-        bronze.ensure_binlog_table(self.engine, self.root)
         self.state.write(("capture", "binlog", {"position": str(start)}),
                          *(("table", p.spec.name, {"applied": start.offset.text,
                                                    "snapshot_merged": True}) for p in view.plans))
@@ -194,7 +194,6 @@ class Runner:
         start = Position.parse(saved["position"]) if saved else self._lowest_watermark(checkpoint)
         if start is None:
             return 0
-        bronze.ensure_binlog_table(self.engine, self.root)
         start = bronze.resume_after(self.engine, self.root, start)
         if start.offset >= stop_at.offset:
             if not saved or Position.parse(saved["position"]) != start:

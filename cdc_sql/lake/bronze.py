@@ -87,6 +87,8 @@ def ensure_binlog_table(engine, root: str) -> None:
 
 
 def append_arrow(engine, table: pa.Table, ddl: str, path: str) -> None:
+    if table.num_rows == 0:
+        return
     rows_per_slice = max(1, int(table.num_rows * _MAX_SLICE_BYTES / max(table.nbytes, 1)))
     frames = [engine.spark.createDataFrame(table.slice(i, rows_per_slice), schema=ddl)
               for i in range(0, table.num_rows, rows_per_slice)]

@@ -1,0 +1,55 @@
+"""Shared fixtures: one private MariaDB and one Sail engine per test session."""
+from __future__ import annotations
+
+import itertools
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cdc_sql.config.model import load_pipeline
+from cdc_sql.devdb import PASSWORD, USER, MariaDB
+
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def mariadb():
+    with MariaDB() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from cdc_sql import engine as engines
+
+    started = engines.start("sail")
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def database(mariadb):
+    """A fresh, empty database name on the shared server."""
+    name = f"t{next(_names)}"
+    mariadb.execute(f"CREATE DATABASE {name}")
+    yield name
+    mariadb.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+@pytest.fixture
+def make_pipeline(tmp_path, mariadb):
+    """Write a pipeline YAML for the shared server and load it."""
+
+    def make(tables: str, **source) -> object:
+        settings = {"host": "127.0.0.1", "port": mariadb.port, "user": USER,
+                    "password": "${TEST_MYSQL_PASSWORD}", "server_id": 6000 + next(_names),
+                    "chunk_size": 1000, "parallelism": 2, **source}
+        lines = "\n".join(f"  {k}: {v}" for k, v in settings.items())
+        text = (f"name: test\nsource:\n{lines}\ntarget:\n  path: {tmp_path / 'lake'}\n"
+                f"tables:\n{textwrap.indent(textwrap.dedent(tables).strip(), '  ')}\n")
+        path = Path(tmp_path / "pipeline.yaml")
+        path.write_text(text)
+        return load_pipeline(path, environ={"TEST_MYSQL_PASSWORD": PASSWORD})
+
+    return make

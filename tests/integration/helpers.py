@@ -1,0 +1,25 @@
+"""Checks of silver against the source database itself."""
+from __future__ import annotations
+
+from chispa import assert_df_equality
+
+from cdc_sql.lake.silver import silver_path
+from cdc_sql.pipeline import Runner
+
+
+def run(pipeline, engine) -> dict:
+    return Runner(pipeline, engine).run(until_caught_up=True)
+
+
+def source_rows(mariadb, sql: str) -> list[tuple]:
+    return mariadb.query(sql)
+
+
+def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, key: str = "id"):
+    """Silver (engine columns dropped) equals the rows `source_sql` returns from MariaDB."""
+    silver = engine.read(silver_path(str(pipeline.root), name))
+    columns = [c for c in silver.columns if not c.startswith("_cdc_")]
+    silver = silver.select(*columns).orderBy(key)
+    schema = silver.schema
+    expected = engine.spark.createDataFrame(source_rows(mariadb, source_sql), schema).orderBy(key)
+    assert_df_equality(silver, expected, ignore_nullable=True)

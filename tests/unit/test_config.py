@@ -1,0 +1,135 @@
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cdc_sql.cli import main
+from cdc_sql.config.model import load_pipeline
+from cdc_sql.errors import ConfigError
+
+SHOP = Path(__file__).resolve().parents[2] / "pipelines" / "shop.yaml"
+
+GOOD = """\
+name: shop
+source:
+  host: db.internal
+  user: cdc
+  password: ${PW}
+  port: ${PORT:-3307}
+target:
+  path: ./lake
+tables:
+  - name: orders
+    source: shop.orders
+    projection: SELECT id, amount FROM orders WHERE amount > 0
+"""
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_for(tmp_path, text: str, environ=None) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(write(tmp_path, text), environ={"PW": "s3cret"} if environ is None else environ)
+    return info.value
+
+
+def test_shop_pipeline_is_valid_offline():
+    pipeline = load_pipeline(SHOP, environ={})
+    assert [t.name for t in pipeline.tables] == ["customers", "orders", "big_orders"]
+    assert pipeline.source.port == 3306 and pipeline.source.startup == "initial"
+
+
+def test_interpolation_defaults_and_relative_target(tmp_path):
+    pipeline = load_pipeline(write(tmp_path, GOOD), environ={"PW": "s3cret"})
+    assert pipeline.source.password == "s3cret"
+    assert pipeline.source.port == 3307
+    assert pipeline.target.path == str((tmp_path / "lake").resolve())
+    assert "s3cret" not in repr(pipeline)
+
+
+def test_unset_variable_names_it(tmp_path):
+    err = error_for(tmp_path, GOOD, environ={})
+    assert err.path == "source.password" and err.line == 5 and "${PW}" in str(err)
+
+
+def test_bad_yaml_syntax_names_file_and_line(tmp_path):
+    err = error_for(tmp_path, "name: x\nsource: [1, 2\ntarget: {}\n")
+    assert "invalid YAML" in str(err) and str(tmp_path / "p.yaml") in str(err)
+    assert err.line is not None
+
+
+def test_unknown_key_names_path_and_line(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("  user: cdc\n", "  user: cdc\n  hots: x\n"))
+    assert err.path == "source.hots" and err.line == 5
+    assert "unknown key `hots`" in str(err) and "host" in str(err)
+
+
+def test_unknown_key_in_table_list(tmp_path):
+    err = error_for(tmp_path, GOOD + "    colour: red\n")
+    assert err.path == "tables[0].colour" and err.line == 13
+
+
+def test_missing_host(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("  host: db.internal\n", ""))
+    assert err.path == "source.host" and "missing required key `host`" in str(err)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("port", "seventy", "expected a whole number"),
+    ("port", "70000", "at most 65535"),
+    ("startup", "sometimes", "must be one of initial"),
+    ("chunk_size", "0", "at least 1"),
+])
+def test_wrong_values(tmp_path, key, value, message):
+    text = GOOD.replace("  user: cdc\n", f"  user: cdc\n  {key}: {value}\n")
+    text = text.replace("  port: ${PORT:-3307}\n", "") if key == "port" else text
+    err = error_for(tmp_path, text)
+    assert err.path == f"source.{key}" and message in str(err)
+
+
+def test_password_value_never_shown(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("${PW}", "[hunter2]"))
+    assert "hunter2" not in str(err) and err.path == "source.password"
+
+
+def test_projection_syntax_error_has_position(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("WHERE amount > 0", "WHERE amount >"))
+    assert err.path == "tables[0].projection" and "syntax error" in str(err)
+    assert "line 1, column" in str(err)
+
+
+def test_duplicate_table_names(tmp_path):
+    err = error_for(tmp_path, GOOD + "  - name: orders\n    source: shop.x\n")
+    assert err.path == "tables[1].name" and "used twice" in str(err)
+
+
+def test_bad_regex(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("source: shop.orders", "source: shop\\.orders_[0-9"))
+    assert err.path == "tables[0].source" and "regular expression" in str(err)
+
+
+def test_pattern_must_match_whole_name():
+    from cdc_sql.config.model import Table
+
+    table = Table(name="o", source=r"shop\.orders_[0-9]+")
+    assert table.matches("shop", "orders_12")
+    assert not table.matches("shop", "orders_2_old")
+    assert not table.matches("shop2", "orders_1")
+
+
+def test_cli_validate_offline_exit_codes(tmp_path, capsys):
+    assert main(["validate", "--offline", str(write(tmp_path, GOOD.replace("${PW}", "x")))]) == 0
+    bad = write(tmp_path, GOOD.replace("${PW}", "x").replace("  user: cdc\n", "  user: cdc\n  hots: x\n"))
+    assert main(["validate", "--offline", str(bad)]) == 1
+    message = capsys.readouterr().err
+    assert "source.hots" in message and str(bad) in message and ":5" in message
+
+
+def test_cli_usage_error_exits_2():
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2
