@@ -1,0 +1,40 @@
+"""`plan`, `run` and `status` through the command line entry point."""
+import json
+import os
+
+import pytest
+
+from cdc_sql.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def pipeline(mariadb, database, make_pipeline, monkeypatch):
+    mariadb.execute("CREATE TABLE o (id INT PRIMARY KEY, amount INT)", db=database)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO o VALUES (%s, %s)", [(i, i) for i in range(1, 2501)])
+    monkeypatch.setenv("TEST_MYSQL_PASSWORD", "cdc-secret")
+    return make_pipeline(f"- name: big\n  source: {database}.o\n"
+                         f"  projection: SELECT id, amount FROM o WHERE amount > 10")
+
+
+def test_plan_shows_splits_and_sql(pipeline, capsys):
+    assert main(["plan", pipeline.file]) == 0
+    out = capsys.readouterr().out
+    assert "3 snapshot splits" in out and "split 0: [None, (1001,))" in out
+    assert "MERGE INTO delta.`" in out and "ROW_NUMBER() OVER (PARTITION BY `id`" in out
+    assert "COALESCE(`amount` > 10, FALSE)" in out
+
+
+def test_run_then_status_json(pipeline, capsys):
+    assert main(["run", pipeline.file, "--until-caught-up"]) == 0
+    capsys.readouterr()
+    assert main(["status", pipeline.file, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (table,) = report["tables"]
+    assert table["name"] == "big" and table["phase"] == "binlog"
+    assert table["splits_done"] == table["splits_total"] == 3
+    assert table["applied_offset"] and report["last_run"]["outcome"] == "ok"
+    assert main(["status", pipeline.file]) == 0
+    assert "big" in capsys.readouterr().out
