@@ -74,6 +74,7 @@ class MariaDB:
              f"--socket={self.socket_path}", f"--port={self.port}", "--bind-address=127.0.0.1",
              f"--pid-file={self.root / 'mysqld.pid'}", f"--log-error={self.root / 'error.log'}",
              "--skip-name-resolve", "--innodb-buffer-pool-size=256M",
+             "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
              "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0",
              *BINLOG_FLAGS, *run_as_root, *self.extra_flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,

@@ -173,7 +173,8 @@ class Runner:
         if self.stop.is_set():
             raise CdcError("stopped")
         attempt, rows = uuid.uuid4().hex[:12], 0
-        read = read_split(self.pipeline.source, table, split, view.mariadb)
+        read = read_split(self.pipeline.source, table, split, view.mariadb,
+                          reader=self.pipeline.source.snapshot_reader)
         read_at = dt.datetime.now(dt.timezone.utc)
         watermark = read.watermark.position
         for batch in read.batches:

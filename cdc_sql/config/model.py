@@ -43,6 +43,8 @@ class Source:
     startup: str = _key("where capture starts", "initial", choices=STARTUP_MODES)
     chunk_size: int = _key("rows per snapshot split", 10000, minimum=1)
     parallelism: int = _key("snapshot readers working at once", 2, minimum=1, maximum=64)
+    snapshot_reader: str = _key("auto (native where every column allows), native (connectorx), "
+                                "or pymysql", "auto", choices=("auto", "native", "pymysql"))
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,39 @@
-"""Reading one snapshot split: a consistent-snapshot transaction, its watermark, then the rows.
+"""Reading one snapshot split: a safe watermark first, then the rows as Arrow batches.
 
-The watermark is taken in the same transaction as the SELECT (DESIGN section 3), so the rows are
-exactly the table as of the watermark. Rows stream through an unbuffered cursor and leave as
-Arrow batches of `batch_rows`, so memory follows the batch, not the split or the table.
+Two readers, same rows, same types:
+- `native` (default when every column allows it): connectorx, in Rust, Arrow out, about 7x the
+  rows/s of pymysql. It opens its own connection, so the watermark is the consistent-snapshot
+  position read *before* its SELECT starts: every transaction at or before it is visible to the
+  SELECT; later ones may be too, and replaying them over the rows is harmless (DESIGN 3).
+  Columns a native reader would get wrong are cast in the SELECT (DECIMAL and TIME as text, zero
+  dates as NULL) and restored to the contract types in Arrow.
+- `pymysql`: an unbuffered cursor inside the consistent-snapshot transaction itself (exact), with
+  per-value normalization; for the column types the native path does not cover yet.
+Both stream: memory follows the batch, not the split or the table.
 """
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pymysql.converters
 
+from cdc_sql.errors import SourceError
 from cdc_sql.source import mysql
-from cdc_sql.source.schema import SourceTable
+from cdc_sql.source.schema import Column, SourceTable
 from cdc_sql.source.splits import Split, mysql_quote
 from cdc_sql.source.values import arrow_type, normalize
 from cdc_sql.source.watermarks import Watermark, begin_snapshot
+
+_TEMPORAL = {"date", "datetime", "timestamp"}
+_AS_TEXT = {"decimal", "time"}
+_NATIVE = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "year",
+           "char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set",
+           "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
+           *_TEMPORAL, *_AS_TEXT}
 
 
 @dataclass
@@ -24,29 +42,119 @@ class SplitRead:
 
     watermark: Watermark
     batches: Iterator[pa.RecordBatch]
+    reader: str
 
 
 def arrow_schema(table: SourceTable) -> pa.Schema:
     return pa.schema([pa.field(c.name, arrow_type(c)) for c in table.columns])
 
 
+def native_supported(table: SourceTable) -> bool:
+    """Whether connectorx can read every column exactly (with the casts below)."""
+    try:
+        import connectorx  # noqa: F401
+    except ImportError:
+        return False
+    return all(_native_ok(c) for c in table.columns)
+
+
+def _native_ok(column: Column) -> bool:
+    # MariaDB's JSON is LONGTEXT (native); MySQL's binary JSON type is not covered yet.
+    return column.data_type in _NATIVE
+
+
 def read_split(source, table: SourceTable, split: Split, mariadb: bool,
-               batch_rows: int = 20_000) -> SplitRead:
-    conn = mysql.connect(source, cursorclass=mysql.pymysql.cursors.SSCursor, autocommit=False)
+               batch_rows: int = 65_536, reader: str = "auto") -> SplitRead:
+    if reader == "auto":
+        reader = "native" if native_supported(table) else "pymysql"
+    if reader == "native":
+        return _read_native(source, table, split, mariadb, batch_rows)
+    return _read_pymysql(source, table, split, mariadb, batch_rows)
+
+
+def _select_sql(table: SourceTable, split: Split, native: bool) -> tuple[str, list]:
+    """The split's SELECT; the native reader takes no parameters, so its bounds are inlined
+    as literals escaped by pymysql."""
+    predicate, args = split.where([mysql_quote(k) for k in table.key],
+                                  literal=_literal if native else None)
+    columns = ", ".join(_select_item(c) if native else mysql_quote(c.name) for c in table.columns)
+    return (f"SELECT {columns} FROM {mysql_quote(table.db)}.{mysql_quote(table.name)} "
+            f"WHERE {predicate}"), args
+
+
+def _select_item(column: Column) -> str:
+    name = mysql_quote(column.name)
+    if column.data_type in _AS_TEXT or column.spark_type == "DECIMAL(20,0)":
+        return f"CAST({name} AS CHAR) AS {name}"
+    if column.data_type in _TEMPORAL:  # zero and partly-zero dates are NULL (DESIGN 4)
+        return (f"IF(YEAR({name}) = 0 OR MONTH({name}) = 0 OR DAYOFMONTH({name}) = 0, NULL, "
+                f"{name}) AS {name}")
+    return name
+
+
+# -- native (connectorx) ---------------------------------------------------------------------
+def _read_native(source, table: SourceTable, split: Split, mariadb: bool,
+                 batch_rows: int) -> SplitRead:
+    import connectorx
+
+    conn = mysql.connect(source, autocommit=False)
+    try:
+        watermark = begin_snapshot(conn.cursor(), mariadb)
+        conn.rollback()
+    except pymysql.err.MySQLError as exc:
+        raise mysql.explain(exc, source) from None
+    finally:
+        conn.close()
+    sql, _ = _select_sql(table, split, native=True)
+    try:
+        stream = connectorx.read_sql(
+            _url(source), sql, return_type="arrow_stream", batch_size=batch_rows,
+            pre_execution_query=["SET time_zone = '+00:00'"])
+    except Exception as exc:  # noqa: BLE001 - connectorx raises RuntimeError and panics
+        raise SourceError(f"snapshot read of {table.qualified} split {split.split_id} failed: "
+                          f"{_redact(str(exc), source)}") from None
+    return SplitRead(watermark, _restore(stream, table), "native")
+
+
+def _restore(stream, table: SourceTable) -> Iterator[pa.RecordBatch]:
+    """Cast what connectorx returns to the contract's Arrow types."""
+    schema = arrow_schema(table)
+    for batch in stream:
+        arrays = [pc.cast(batch.column(i), field.type) for i, field in enumerate(schema)]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _literal(value) -> str:
+    return pymysql.converters.escape_item(value, "utf8mb4")
+
+
+def _url(source) -> str:
+    quote = lambda text: urllib.parse.quote(str(text), safe="")  # noqa: E731
+    return (f"mysql://{quote(source.user)}:{quote(source.password)}@{source.host}:{source.port}"
+            f"/information_schema")
+
+
+def _redact(text: str, source) -> str:
+    for secret in {source.password, urllib.parse.quote(source.password, safe="")} - {""}:
+        text = text.replace(secret, "***")
+    return text.splitlines()[0] if text else text
+
+
+# -- pymysql ------------------------------------------------------------------------------------
+def _read_pymysql(source, table: SourceTable, split: Split, mariadb: bool,
+                  batch_rows: int) -> SplitRead:
+    conn = mysql.connect(source, cursorclass=pymysql.cursors.SSCursor, autocommit=False)
     cur = conn.cursor()
     try:
         watermark = begin_snapshot(cur, mariadb)
-        predicate, args = split.where([mysql_quote(k) for k in table.key])
-        columns = ", ".join(mysql_quote(c.name) for c in table.columns)
-        cur.execute(f"SELECT {columns} FROM {mysql_quote(table.db)}.{mysql_quote(table.name)} "
-                    f"WHERE {predicate}", args)
-    except mysql.pymysql.err.MySQLError as exc:
+        cur.execute(*_select_sql(table, split, native=False))
+    except pymysql.err.MySQLError as exc:
         conn.close()
         raise mysql.explain(exc, source) from None
     except BaseException:
         conn.close()
         raise
-    return SplitRead(watermark, _batches(conn, cur, table, batch_rows))
+    return SplitRead(watermark, _batches(conn, cur, table, batch_rows), "pymysql")
 
 
 def _batches(conn, cur, table: SourceTable, batch_rows: int) -> Iterator[pa.RecordBatch]:

@@ -38,17 +38,17 @@ class Split:
         return cls(value["source_table"], value["split_id"], load(value["lower"]),
                    load(value["upper"]))
 
-    def where(self, key_sql: list[str]) -> tuple[str, list]:
-        """A MySQL predicate selecting this split's rows, with its parameters."""
+    def where(self, key_sql: list[str], literal=None) -> tuple[str, list]:
+        """A MySQL predicate selecting this split's rows, with its parameters (or, given a
+        `literal` escaping function, with the bounds inlined and no parameters)."""
         row = f"({', '.join(key_sql)})" if len(key_sql) > 1 else key_sql[0]
-        marks = lambda n: f"({', '.join(['%s'] * n)})" if n > 1 else "%s"  # noqa: E731
         parts, args = [], []
-        if self.lower is not None:
-            parts.append(f"{row} >= {marks(len(self.lower))}")
-            args.extend(self.lower)
-        if self.upper is not None:
-            parts.append(f"{row} < {marks(len(self.upper))}")
-            args.extend(self.upper)
+        for op, bound in ((">=", self.lower), ("<", self.upper)):
+            if bound is None:
+                continue
+            items = [literal(v) for v in bound] if literal else ["%s"] * len(bound)
+            parts.append(f"{row} {op} " + (f"({', '.join(items)})" if len(items) > 1 else items[0]))
+            args.extend([] if literal else bound)
         return (" AND ".join(parts) or "TRUE"), args
 
 

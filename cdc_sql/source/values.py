@@ -17,6 +17,7 @@ import pyarrow as pa
 from cdc_sql.source.schema import Column
 
 _EPOCH = dt.datetime(1970, 1, 1)
+_WIDE = decimal.Context(prec=100)  # DECIMAL(65,30) needs more than the default 28 digits
 _ARROW = {
     "BYTE": pa.int8(), "SHORT": pa.int16(), "INT": pa.int32(), "LONG": pa.int64(),
     "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "STRING": pa.string(), "BINARY": pa.binary(),
@@ -52,7 +53,8 @@ def normalize(column: Column, value):
     if t == "decimal":
         value = decimal.Decimal(value)
         if column.precision > 38:  # exact text, as MySQL prints it
-            return format(value.quantize(decimal.Decimal(1).scaleb(-column.scale)), "f")
+            exponent = decimal.Decimal(1).scaleb(-column.scale)
+            return format(value.quantize(exponent, context=_WIDE), "f")
         return value
     if t in ("date", "datetime", "timestamp"):
         return _temporal(t, value)
