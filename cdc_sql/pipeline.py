@@ -23,6 +23,7 @@ from cdc_sql.errors import CdcError, SourceError
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver import SilverPlan, merge_batch, plan_silver
 from cdc_sql.lake.state import Checkpoint, State
+from cdc_sql.progress import Progress
 from cdc_sql.source import mysql
 from cdc_sql.source.binlog import BinlogReader
 from cdc_sql.source.offsets import Position
@@ -165,11 +166,11 @@ class Runner:
                                    [s.split_id for t, s in pending if t is table])
         progress = Progress("snapshot", len(pending))
         with ThreadPoolExecutor(self.pipeline.source.parallelism, "split") as pool:
-            for rows in pool.map(lambda job: self._read_split(view, *job), pending):
-                progress.advance(rows)
+            list(pool.map(lambda job: self._read_split(view, *job, progress), pending))
         progress.finish()
 
-    def _read_split(self, view: SourceView, table: SourceTable, split: Split) -> int:
+    def _read_split(self, view: SourceView, table: SourceTable, split: Split,
+                    progress: Progress) -> int:
         if self.stop.is_set():
             raise CdcError("stopped")
         attempt, rows = uuid.uuid4().hex[:12], 0
@@ -181,10 +182,12 @@ class Runner:
             bronze.write_split_batch(self.engine, self.root, table, batch, split.split_id, attempt,
                                      watermark.offset.text, read_at)
             rows += batch.num_rows
+            progress.add_rows(batch.num_rows)
         self.state.write(("split", split.name, {
             **split.to_json(), "status": "done", "attempt": attempt, "rows": rows,
             "watermark": watermark.offset.text, "watermark_position": str(watermark),
-            "watermark_exact": read.watermark.exact}))
+            "watermark_exact": read.watermark.exact, "reader": read.reader}))
+        progress.split_done()
         return rows
 
     # -- phase 3: binlog capture ----------------------------------------------------------------
@@ -279,23 +282,3 @@ def _merged(checkpoint: Checkpoint, view: SourceView, table: SourceTable) -> boo
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
-
-class Progress:
-    """Splits done/total, rows, rows/s and ETA: a line per split (a bar is for issue 3)."""
-
-    def __init__(self, phase: str, total: int):
-        self.phase, self.total, self.done, self.rows = phase, total, 0, 0
-        self.started = time.monotonic()
-
-    def advance(self, rows: int) -> None:
-        self.done += 1
-        self.rows += rows
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        eta = elapsed / self.done * (self.total - self.done)
-        log.info("%s: %d/%d splits, %d rows, %.0f rows/s, ETA %.0fs", self.phase, self.done,
-                 self.total, self.rows, self.rows / elapsed, eta)
-
-    def finish(self) -> None:
-        elapsed = time.monotonic() - self.started
-        log.info("%s finished: %d splits, %d rows in %.1fs", self.phase, self.done, self.rows,
-                 elapsed)
