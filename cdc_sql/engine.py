@@ -12,11 +12,15 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Iterable
+
+import pyarrow as pa
 
 from cdc_sql.errors import CdcError
 
 log = logging.getLogger(__name__)
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
+_MAX_SLICE_BYTES = 32 * 2**20
 
 
 def table_ref(path: str) -> str:
@@ -29,6 +33,13 @@ class Engine:
     mode: str
     spark: object
     _server: object = field(default=None, repr=False)
+    # How Arrow data from this process reaches Delta: "delta-rs" (engines sharing this machine's
+    # file system: sail, local) or "spark" (createDataFrame + append, for remote engines).
+    arrow_writer: str = ""
+
+    def __post_init__(self):
+        self.arrow_writer = self.arrow_writer or ("delta-rs" if self.mode in ("sail", "local")
+                                                  else "spark")
 
     @property
     def is_sail(self) -> bool:
@@ -56,9 +67,35 @@ class Engine:
             writer = writer.option("mergeSchema", "true")
         writer.save(str(path))
 
-    def replace_where(self, df, path: str, predicate: str) -> None:
-        """Atomically replace the rows matching `predicate` (a split's rows on retry)."""
-        df.write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(str(path))
+    def _delta_rs(self, path: str) -> bool:
+        """Arrow data from this process (snapshot rows, binlog changes) goes to Delta through
+        delta-rs where the engine shares our file system: no trip through Spark Connect, one
+        commit per stream, about 2.5x the rows/s of createDataFrame + append on Sail."""
+        return self.arrow_writer == "delta-rs" and "://" not in str(path)
+
+    def create_arrow_table(self, path: str, schema: pa.Schema) -> None:
+        if self.exists(path):
+            return
+        if self._delta_rs(path):
+            from deltalake import write_deltalake
+
+            write_deltalake(str(path), schema.empty_table(), mode="append")
+        else:
+            self.append(self.spark.createDataFrame([], _spark_schema(schema)), path)
+
+    def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> None:
+        """Append a stream of Arrow batches; memory follows one batch."""
+        if self._delta_rs(path):
+            from deltalake import write_deltalake
+
+            reader = pa.RecordBatchReader.from_batches(schema, batches)
+            write_deltalake(str(path), reader, mode="append")
+            return
+        for batch in batches:  # Sail rejects gRPC messages over 128 MB: send slices
+            rows = max(1, int(batch.num_rows * _MAX_SLICE_BYTES / max(batch.nbytes, 1)))
+            for start in range(0, batch.num_rows, rows):
+                table = pa.Table.from_batches([batch.slice(start, rows)])
+                self.append(self.spark.createDataFrame(table, _spark_schema(schema)), path)
 
     def stop(self) -> None:
         if self._server is not None:
@@ -67,6 +104,12 @@ class Engine:
             finally:
                 self._server.stop()
                 self._server = None
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema, prefer_timestamp_ntz=True)  # naive timestamps are NTZ
 
 
 def start(mode: str = "sail", url: str = "") -> Engine:

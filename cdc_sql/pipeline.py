@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -105,13 +106,17 @@ class Runner:
             checkpoint = self.state.load()
             bronze.ensure_binlog_table(self.engine, self.root)
             self._start_capture(view, checkpoint)
-            self.snapshot(view)
+            with timed(summary, "snapshot"):
+                summary["snapshot_rows"] = self.snapshot(view)
             view = self._refresh_end(view)  # capture reaches past every snapshot watermark
             while True:
                 checkpoint = self.state.load()
-                captured = self.capture(view, checkpoint, view.end)
-                merged = self.merge(view, self.state.load())
-                summary.update(captured_changes=captured, merged_tables=merged)
+                with timed(summary, "capture"):
+                    captured = self.capture(view, checkpoint, view.end)
+                with timed(summary, "merge"):
+                    merged = self.merge(view, self.state.load())
+                summary["captured_changes"] = summary.get("captured_changes", 0) + captured
+                summary["merged_tables"] = sorted(set(summary.get("merged_tables", [])) | set(merged))
                 if until_caught_up or self.stop.is_set():
                     break
                 if self.stop.wait(poll_seconds):
@@ -144,9 +149,10 @@ class Runner:
         log.info("capture starts at %s (startup: %s)", start, startup)
 
     # -- phase 2: snapshot ----------------------------------------------------------------------
-    def snapshot(self, view: SourceView) -> None:
+    def snapshot(self, view: SourceView) -> int:
+        """Read every unfinished split into bronze; returns the rows read."""
         if self.pipeline.source.startup not in ("initial", "snapshot-only"):
-            return
+            return 0
         checkpoint = self.state.load()
         with mysql.cursor(self.pipeline.source) as cur:
             new = [(t, plan_splits(cur, t, self.pipeline.source.chunk_size))
@@ -159,30 +165,37 @@ class Runner:
         pending = [(t, Split.from_json(s)) for t in view.source_tables
                    for s in checkpoint.splits(t.qualified) if s["status"] != "done"]
         if not pending:
-            return
+            return 0
         for table in {t.qualified: t for t, _ in pending}.values():
             bronze.ensure_snapshot_table(self.engine, self.root, table)
             bronze.drop_unfinished(self.engine, self.root, table,
                                    [s.split_id for t, s in pending if t is table])
         progress = Progress("snapshot", len(pending))
         with ThreadPoolExecutor(self.pipeline.source.parallelism, "split") as pool:
-            list(pool.map(lambda job: self._read_split(view, *job, progress), pending))
+            rows = sum(pool.map(lambda job: self._read_split(view, *job, progress), pending))
         progress.finish()
+        return rows
 
     def _read_split(self, view: SourceView, table: SourceTable, split: Split,
                     progress: Progress) -> int:
         if self.stop.is_set():
             raise CdcError("stopped")
-        attempt, rows = uuid.uuid4().hex[:12], 0
+        attempt = uuid.uuid4().hex[:12]
         read = read_split(self.pipeline.source, table, split, view.mariadb,
                           reader=self.pipeline.source.snapshot_reader)
         read_at = dt.datetime.now(dt.timezone.utc)
         watermark = read.watermark.position
-        for batch in read.batches:
-            bronze.write_split_batch(self.engine, self.root, table, batch, split.split_id, attempt,
-                                     watermark.offset.text, read_at)
-            rows += batch.num_rows
-            progress.add_rows(batch.num_rows)
+        counted = [0]
+
+        def counting(batches):
+            for batch in batches:
+                counted[0] += batch.num_rows
+                progress.add_rows(batch.num_rows)
+                yield batch
+
+        bronze.write_split(self.engine, self.root, table, counting(read.batches), split.split_id,
+                           attempt, watermark.offset.text, read_at)
+        rows = counted[0]
         self.state.write(("split", split.name, {
             **split.to_json(), "status": "done", "attempt": attempt, "rows": rows,
             "watermark": watermark.offset.text, "watermark_position": str(watermark),
@@ -277,6 +290,17 @@ def _merged(checkpoint: Checkpoint, view: SourceView, table: SourceTable) -> boo
             state = checkpoint.get("table", plan.spec.name)
             return bool(state and state.get("snapshot_merged"))
     return False
+
+
+@contextmanager
+def timed(summary: dict, phase: str):
+    """Add the phase's wall time to summary["seconds_<phase>"]."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        key = f"seconds_{phase}"
+        summary[key] = round(summary.get(key, 0.0) + time.monotonic() - started, 3)
 
 
 def _now() -> str:

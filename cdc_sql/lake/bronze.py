@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -23,11 +23,6 @@ BINLOG_SCHEMA = pa.schema([
     ("commit_ts", pa.timestamp("us", tz="UTC")), ("gtid", pa.string()),
     ("statement", pa.string()), ("txn_end", pa.string()),
 ])
-BINLOG_DDL = ("offset STRING, db STRING, tbl STRING, op STRING, before MAP<STRING, STRING>, "
-              "after MAP<STRING, STRING>, commit_ts TIMESTAMP, gtid STRING, statement STRING, "
-              "txn_end STRING")
-# Sail rejects gRPC messages over 128 MB: createDataFrame gets Arrow slices well below that.
-_MAX_SLICE_BYTES = 32 * 2**20
 
 
 def snapshot_path(root: str, table: SourceTable) -> str:
@@ -38,30 +33,32 @@ def binlog_path(root: str) -> str:
     return f"{root}/bronze/_binlog"
 
 
-def snapshot_ddl(table: SourceTable) -> str:
-    from cdc_sql.sql import quote
+def snapshot_schema(table: SourceTable) -> pa.Schema:
+    from cdc_sql.source.snapshot import arrow_schema
 
-    columns = ", ".join(f"{quote(c.name)} {c.spark_type}" for c in table.columns)
-    return (f"{columns}, _cdc_split_id INT, _cdc_attempt STRING, _cdc_watermark STRING, "
-            f"_cdc_read_at TIMESTAMP")
+    return arrow_schema(table).append(pa.field("_cdc_split_id", pa.int32())) \
+        .append(pa.field("_cdc_attempt", pa.string())) \
+        .append(pa.field("_cdc_watermark", pa.string())) \
+        .append(pa.field("_cdc_read_at", pa.timestamp("us", tz="UTC")))
 
 
-def write_split_batch(engine, root: str, table: SourceTable, batch: pa.RecordBatch,
-                      split_id: int, attempt: str, watermark: str, read_at: dt.datetime) -> None:
-    n = batch.num_rows
-    batch = batch.append_column("_cdc_split_id", pa.array([split_id] * n, pa.int32()))
-    batch = batch.append_column("_cdc_attempt", pa.array([attempt] * n, pa.string()))
-    batch = batch.append_column("_cdc_watermark", pa.array([watermark] * n, pa.string()))
-    batch = batch.append_column("_cdc_read_at",
-                                pa.array([read_at] * n, pa.timestamp("us", tz="UTC")))
-    append_arrow(engine, pa.Table.from_batches([batch]), snapshot_ddl(table),
-                 snapshot_path(root, table))
+def write_split(engine, root: str, table: SourceTable, batches: Iterable[pa.RecordBatch],
+                split_id: int, attempt: str, watermark: str, read_at: dt.datetime) -> None:
+    """Stream a split's rows into bronze, tagged with the split, attempt and watermark."""
+    schema = snapshot_schema(table)
+    tags = [pa.scalar(split_id, pa.int32()), pa.scalar(attempt), pa.scalar(watermark),
+            pa.scalar(read_at, pa.timestamp("us", tz="UTC"))]
+
+    def tagged() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            columns = [*batch.columns, *(pa.repeat(tag, batch.num_rows) for tag in tags)]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    engine.append_arrow(snapshot_path(root, table), tagged(), schema)
 
 
 def ensure_snapshot_table(engine, root: str, table: SourceTable) -> None:
-    path = snapshot_path(root, table)
-    if not engine.exists(path):
-        engine.append(engine.spark.createDataFrame([], snapshot_ddl(table)), path)
+    engine.create_arrow_table(snapshot_path(root, table), snapshot_schema(table))
 
 
 def drop_unfinished(engine, root: str, table: SourceTable, split_ids: Iterable[int]) -> None:
@@ -76,26 +73,13 @@ def drop_unfinished(engine, root: str, table: SourceTable, split_ids: Iterable[i
 def append_changes(engine, root: str, changes: list[dict]) -> None:
     """One Delta commit holding whole transactions."""
     if changes:
-        append_arrow(engine, pa.Table.from_pylist(changes, schema=BINLOG_SCHEMA), BINLOG_DDL,
-                     binlog_path(root))
+        engine.append_arrow(binlog_path(root),
+                            pa.Table.from_pylist(changes, schema=BINLOG_SCHEMA).to_batches(),
+                            BINLOG_SCHEMA)
 
 
 def ensure_binlog_table(engine, root: str) -> None:
-    path = binlog_path(root)
-    if not engine.exists(path):
-        engine.append(engine.spark.createDataFrame([], BINLOG_DDL), path)
-
-
-def append_arrow(engine, table: pa.Table, ddl: str, path: str) -> None:
-    if table.num_rows == 0:
-        return
-    rows_per_slice = max(1, int(table.num_rows * _MAX_SLICE_BYTES / max(table.nbytes, 1)))
-    frames = [engine.spark.createDataFrame(table.slice(i, rows_per_slice), schema=ddl)
-              for i in range(0, table.num_rows, rows_per_slice)]
-    df = frames[0]
-    for frame in frames[1:]:
-        df = df.unionByName(frame)
-    engine.append(df, path)
+    engine.create_arrow_table(binlog_path(root), BINLOG_SCHEMA)
 
 
 def resume_after(engine, root: str, checkpoint: Position | None) -> Position | None:

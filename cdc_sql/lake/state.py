@@ -15,7 +15,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-STATE_SCHEMA = "kind STRING, name STRING, value STRING, seq LONG, run_id STRING, written_at TIMESTAMP"
+import pyarrow as pa
+
+STATE_SCHEMA = pa.schema([("kind", pa.string()), ("name", pa.string()), ("value", pa.string()),
+                          ("seq", pa.int64()), ("run_id", pa.string()),
+                          ("written_at", pa.timestamp("us", tz="UTC"))])
 
 
 @dataclass
@@ -62,7 +66,7 @@ class State:
         with self._lock:  # snapshot readers report splits from several threads
             for kind, name, value in entries:
                 self._last_seq = max(time.time_ns(), self._last_seq + 1)
-                rows.append((kind, name, json.dumps(value, sort_keys=True), self._last_seq,
-                             self.run_id, now))
-        df = self.engine.spark.createDataFrame(rows, STATE_SCHEMA)
-        self.engine.append(df, self.path)
+                rows.append({"kind": kind, "name": name, "value": json.dumps(value, sort_keys=True),
+                             "seq": self._last_seq, "run_id": self.run_id, "written_at": now})
+        table = pa.Table.from_pylist(rows, schema=STATE_SCHEMA)
+        self.engine.append_arrow(self.path, table.to_batches(), STATE_SCHEMA)

@@ -23,7 +23,16 @@ def seed(mariadb, db, n=2500):
                          for i in range(1, n + 1)])
 
 
-def test_snapshot_then_changes_match_the_source(mariadb, database, engine, make_pipeline):
+@pytest.fixture(params=["delta-rs", "spark"])
+def writer_engine(request, engine):
+    """The engine with each way of landing Arrow data in Delta (remote engines use spark)."""
+    engine.arrow_writer, saved = request.param, engine.arrow_writer
+    yield engine
+    engine.arrow_writer = saved
+
+
+def test_snapshot_then_changes_match_the_source(mariadb, database, writer_engine, make_pipeline):
+    engine = writer_engine
     seed(mariadb, database)
     pipeline = make_pipeline(f"- name: orders\n  source: {database}.orders")
     run(pipeline, engine)

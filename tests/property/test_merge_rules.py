@@ -122,9 +122,9 @@ def test_silver_equals_model_after_every_batch(engine, data, history):
         batch = pa.RecordBatch.from_arrays(
             [pa.array([k for k, _ in rows], pa.int32()), pa.array([v for _, v in rows])],
             names=["id", "v"])
-        bronze.write_split_batch(engine, root, TABLE, batch, split_id, "a1", boundary(mark), TS)
+        bronze.write_split(engine, root, TABLE, [batch], split_id, "a1", boundary(mark), TS)
         # an abandoned attempt's rows must never count
-        bronze.write_split_batch(engine, root, TABLE, batch, split_id, "stale", boundary(-1), TS)
+        bronze.write_split(engine, root, TABLE, [batch], split_id, "stale", boundary(-1), TS)
     bronze.ensure_binlog_table(engine, root)
     bronze.append_changes(engine, root, binlog_rows(txns, min(marks)))
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
@@ -165,7 +165,7 @@ def test_an_older_window_never_overwrites_a_newer_row(engine):
     bronze.ensure_snapshot_table(engine, root, TABLE)
     batch = pa.RecordBatch.from_arrays([pa.array([1, 2], pa.int32()), pa.array(["s1", "s2"])],
                                        names=["id", "v"])
-    bronze.write_split_batch(engine, root, TABLE, batch, 0, "a1", boundary(-1), TS)
+    bronze.write_split(engine, root, TABLE, [batch], 0, "a1", boundary(-1), TS)
     bronze.append_changes(engine, root, binlog_rows(txns, -1))
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
     merge_batch(engine, root, plan, "", boundary(0), {"db.t": [(0, "a1")]})

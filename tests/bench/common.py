@@ -1,0 +1,102 @@
+"""Benchmark plumbing: a private MariaDB, sample tables, child runs with their peak memory."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdc_sql.devdb import PASSWORD, USER, MariaDB
+
+TABLE_DDL = ("CREATE TABLE bench.t{n} (id BIGINT PRIMARY KEY, a INT, b VARCHAR(40), "
+             "c DECIMAL(12,2), d DATETIME(6), e DOUBLE, f TIMESTAMP NULL)")
+
+
+@dataclass
+class Result:
+    stage: str
+    rows: int
+    seconds: float
+    peak_mb: float | None = None
+    baseline: str = ""
+    baseline_rate: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+    @property
+    def ratio(self) -> float | None:
+        return self.rate / self.baseline_rate if self.baseline_rate else None
+
+
+def create_table(db: MariaDB, rows: int) -> str:
+    db.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE_DDL.format(n=rows),
+               f"INSERT INTO bench.t{rows} SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
+               f"'2024-01-01' + INTERVAL seq SECOND, seq * 1.5, '2024-01-01' + INTERVAL seq MINUTE "
+               f"FROM bench.seq_1_to_{rows}")
+    return f"t{rows}"
+
+
+def write_pipeline(db: MariaDB, table: str, workdir: Path, startup: str = "initial",
+                   chunk_size: int = 100_000, parallelism: int = 2) -> Path:
+    path = workdir / "pipeline.yaml"
+    path.write_text(f"""name: bench
+source:
+  host: 127.0.0.1
+  port: {db.port}
+  user: {USER}
+  password: ${{BENCH_PASSWORD}}
+  server_id: {7000 + os.getpid() % 1000}
+  startup: {startup}
+  chunk_size: {chunk_size}
+  parallelism: {parallelism}
+target:
+  path: {workdir / 'lake'}
+tables:
+  - name: {table}
+    source: bench.{table}
+""")
+    return path
+
+
+def run_child(*argv: str) -> tuple[str, float]:
+    """A Python child process: its standard output and its own peak RSS in MB."""
+    env = {**os.environ, "BENCH_PASSWORD": PASSWORD}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as log:
+        child = subprocess.Popen([sys.executable, *argv], env=env, stdout=out, stderr=log)
+        _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            log.seek(0)
+            raise RuntimeError(log.read().decode()[-3000:])
+        out.seek(0)
+        return out.read().decode(), usage.ru_maxrss / 1024
+
+
+def run_cli(pipeline: Path, *args: str) -> tuple[dict, float]:
+    """`cdc-sql run --until-caught-up` in a child: its run summary and its peak RSS in MB."""
+    _, peak = run_child("-m", "cdc_sql.cli", "run", str(pipeline), "--until-caught-up", *args)
+    return last_run(pipeline.parent / "lake"), peak
+
+
+def last_run(lake: Path) -> dict:
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(lake / "_state" / "checkpoint")).to_pyarrow_table().to_pylist()
+    runs = [r for r in rows if r["kind"] == "run"]
+    return json.loads(max(runs, key=lambda r: r["seq"])["value"])
+
+
+def timed(fn) -> tuple[object, float]:
+    started = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - started
+
+
+def workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="cdc-bench-"))
