@@ -27,6 +27,7 @@ from cdc_sql.lake.state import Checkpoint, State
 from cdc_sql.progress import Progress
 from cdc_sql.source import mysql
 from cdc_sql.source.binlog import BinlogReader
+from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Position
 from cdc_sql.source.schema import SourceTable, read_tables
 from cdc_sql.source.snapshot import read_split
@@ -66,9 +67,12 @@ def inspect_source(pipeline: Pipeline) -> SourceView:
         end, _ = binary_log_status(cur)
         cur.execute("SHOW BINARY LOGS")
         first_binlog = Position(cur.fetchone()[0], 4)
-    if not mariadb:
-        warnings.append("MySQL source: snapshot watermarks are position-based, and group commit "
-                        "can make one unsafe under heavy writes (GTID watermarks: planned)")
+        if not mariadb:
+            cur.execute("SELECT @@global.gtid_mode")
+            if str(cur.fetchone()[0]).upper() != "ON":
+                warnings.append("MySQL source without gtid_mode=ON: snapshot watermarks are "
+                                "binlog positions, which group commit can make unsafe under "
+                                "heavy writes; turn GTIDs on for exact watermarks")
     return SourceView(mariadb, plans, end, first_binlog, warnings)
 
 
@@ -193,13 +197,16 @@ class Runner:
                 progress.add_rows(batch.num_rows)
                 yield batch
 
+        # A GTID watermark gets its offset from the binlog reader; until then rows carry none.
+        offset = watermark.offset.text if read.watermark.resolved else ""
         bronze.write_split(self.engine, self.root, table, counting(read.batches), split.split_id,
-                           attempt, watermark.offset.text, read_at)
+                           attempt, offset, read_at)
         rows = counted[0]
         self.state.write(("split", split.name, {
             **split.to_json(), "status": "done", "attempt": attempt, "rows": rows,
-            "watermark": watermark.offset.text, "watermark_position": str(watermark),
-            "watermark_exact": read.watermark.exact, "reader": read.reader}))
+            "watermark": offset or None, "watermark_position": str(watermark),
+            "watermark_gtid": read.watermark.gtid_set, "watermark_exact": read.watermark.exact,
+            "reader": read.reader}))
         progress.split_done()
         return rows
 
@@ -216,7 +223,12 @@ class Runner:
             if not saved or Position.parse(saved["position"]) != start:
                 self._flush([], start)
             return 0
-        reader = BinlogReader(self.pipeline.source, view.source_tables, start, stop_at)
+        pending = {name: s for name, s in checkpoint.of_kind("split").items()
+                   if s.get("status") == "done" and not s.get("watermark")}
+        marks = GtidWatermarks({name: GtidSet.parse(s["watermark_gtid"])
+                                for name, s in pending.items()})
+        reader = BinlogReader(self.pipeline.source, view.source_tables, start, stop_at,
+                              gtid_marks=marks)
         changes: list[dict] = []
         total, last_flush = 0, time.monotonic()
         try:
@@ -225,19 +237,26 @@ class Runner:
                     change["txn_end"] = str(txn.end)
                 changes.extend(txn.changes)
                 if len(changes) >= BATCH_ROWS or time.monotonic() - last_flush > BATCH_SECONDS:
-                    total += self._flush(changes, reader.position)
+                    total += self._flush(changes, reader.position, pending, marks)
                     changes, last_flush = [], time.monotonic()
                 if self.stop.is_set():
                     break
-            total += self._flush(changes, reader.position)
+            total += self._flush(changes, reader.position, pending, marks)
         finally:
             reader.close()
         log.info("binlog: %d changes captured, now at %s", total, reader.position)
         return total
 
-    def _flush(self, changes: list[dict], position: Position) -> int:
+    def _flush(self, changes: list[dict], position: Position, pending: dict | None = None,
+               marks: GtidWatermarks | None = None) -> int:
+        """Bronze first, then state: capture position and GTID watermarks resolved so far."""
         bronze.append_changes(self.engine, self.root, changes)
-        self.state.write(("capture", "binlog", {"position": str(position)}))
+        resolved = [("split", name, {**pending[name], "watermark": found.offset.text})
+                    for name, found in (marks.resolved.items() if marks else ())
+                    if pending and not pending[name].get("watermark")]
+        for _, name, value in resolved:
+            pending[name] = value
+        self.state.write(("capture", "binlog", {"position": str(position)}), *resolved)
         return len(changes)
 
     def _lowest_watermark(self, checkpoint: Checkpoint) -> Position | None:
@@ -260,8 +279,9 @@ class Runner:
                 upto = capture_offset(capture)
             else:
                 splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
-                if not splits or any(s["status"] != "done" for s in splits):
-                    continue  # the snapshot is not finished: its events wait in bronze
+                if not splits or any(s["status"] != "done" or not s.get("watermark")
+                                     for s in splits):
+                    continue  # snapshot unfinished, or a GTID watermark not yet resolved
                 highest = max(s["watermark"] for s in splits)
                 if snapshot_only:
                     upto = highest
@@ -269,9 +289,10 @@ class Runner:
                     continue  # capture has not reached every split's watermark yet
                 else:
                     upto = capture_offset(capture)
-                done: dict[str, list[tuple[int, str]]] = {}
+                done: dict[str, list[tuple[int, str, str]]] = {}
                 for s in splits:
-                    done.setdefault(s["source_table"], []).append((s["split_id"], s["attempt"]))
+                    done.setdefault(s["source_table"], []).append(
+                        (s["split_id"], s["attempt"], s["watermark"]))
                 merge_batch(self.engine, self.root, plan, "", upto, done)
             self.state.write(("table", plan.spec.name, {"applied": upto, "snapshot_merged": True}))
             merged.append(plan.spec.name)

@@ -69,7 +69,7 @@ def silver_path(root: str, name: str) -> str:
 
 
 def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
-                done_splits: dict[str, list[tuple[int, str]]] | None) -> None:
+                done_splits: dict[str, list[tuple[int, str, str]]] | None) -> None:
     """MERGE the window (after, upto] (and, on the first batch, the done splits) into silver."""
     spark = engine.spark
     view = f"cdc_images_{plan.spec.name}"
@@ -78,7 +78,8 @@ def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
         if done_splits is not None:
             splits_view = f"{view}_{i}_splits"
             spark.createDataFrame(done_splits.get(source.qualified, []),
-                                  "split_id INT, attempt STRING").createOrReplaceTempView(splits_view)
+                                  "split_id INT, attempt STRING, watermark STRING") \
+                .createOrReplaceTempView(splits_view)
             spark.sql(snapshot_images_sql(root, source, splits_view)) \
                 .createOrReplaceTempView(f"{view}_{i}_s")
             parts.append(f"{view}_{i}_s")

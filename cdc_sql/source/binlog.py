@@ -24,6 +24,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from cdc_sql.errors import SourceError
 from cdc_sql.source import mysql
+from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.values import encode, normalize
@@ -62,7 +63,8 @@ def _bounded_connect(attempts: int, backoff: float):
 
 class BinlogReader:
     def __init__(self, source, tables: list[SourceTable], start: Position,
-                 stop_at: Position | None, blocking: bool = False, connect_attempts: int = 5):
+                 stop_at: Position | None, blocking: bool = False, connect_attempts: int = 5,
+                 gtid_marks: GtidWatermarks | None = None):
         self.source = source
         self.tables = {(t.db, t.name): t for t in tables}
         self.schemas = {t.db for t in tables}
@@ -81,6 +83,7 @@ class BinlogReader:
             slave_heartbeat=5 if blocking else None,
         )
         self.position = start  # the last transaction boundary read
+        self.gtid_marks = gtid_marks or GtidWatermarks({})
 
     def close(self) -> None:
         self.stream.close()
@@ -89,13 +92,17 @@ class BinlogReader:
         """Whole transactions of captured tables; empty ones too, so the position moves."""
         current = Transaction()
         try:
+            previous_end = self.start
             for event in self.stream:
                 if isinstance(event, RotateEvent):
+                    previous_end = Position(self.stream.log_file, self.stream.log_pos)
                     continue
                 file = self.stream.log_file
                 end = Position(file, event.packet.log_pos)
                 if isinstance(event, (GtidEvent, MariadbGtidEvent)):
                     current = Transaction(gtid=str(getattr(event, "gtid", "")))
+                    if isinstance(event, GtidEvent) and self.gtid_marks.pending:
+                        self.gtid_marks.observe(current.gtid, previous_end)
                 elif isinstance(event, _ROW_EVENTS):
                     self._add_rows(current, event, file)
                 elif isinstance(event, XidEvent) or (
@@ -108,14 +115,16 @@ class BinlogReader:
                         current.changes.append(self._ddl(event, file))
                     yield self._finish(current, end)
                     current = Transaction()
+                previous_end = end
                 if self.stop_at and self.position.offset >= self.stop_at.offset and \
-                        not current.changes:
+                        not current.changes and not self.gtid_marks.pending:
                     return
             if not current.changes and self.stream.log_file:
                 # The end of the binlog (non-blocking read) is a transaction boundary.
                 self.position = max(self.position, Position(self.stream.log_file,
                                                             self.stream.log_pos),
                                     key=lambda p: p.offset)
+            self.gtid_marks.finish(self.position)
         except pymysql.err.MySQLError as exc:
             raise _explain_stream_error(exc, self.start) from None
 

@@ -3,8 +3,10 @@
 On MariaDB (and Percona) `START TRANSACTION WITH CONSISTENT SNAPSHOT` pins a read view and
 `binlog_snapshot_file/position` say exactly where in the binlog that view stands: every
 transaction before it is visible, none after. That is an exact watermark.
-On MySQL the status variables do not exist; the position read just before the snapshot starts is
-used, which group commit can make unsafe, so `validate` warns about it (GTID watermarks: issue 3).
+On MySQL with gtid_mode=ON, `@@global.gtid_executed` read just before the snapshot starts holds
+committed transactions only: a safe low watermark, which the binlog reader resolves to an offset
+(source/gtid.py). Without GTIDs, the position read just before the snapshot starts is used,
+which group commit can make unsafe, so `validate` warns about it.
 """
 from __future__ import annotations
 
@@ -20,9 +22,14 @@ _PARSE_ERROR = 1064
 
 @dataclass(frozen=True)
 class Watermark:
-    position: Position
+    position: Position   # the watermark; for a GTID watermark, where resolving it starts
     exact: bool          # False when group commit could hide a transaction before it
-    gtid_set: str = ""   # MySQL's gtid_executed at the same moment, when GTIDs are on
+    gtid_set: str = ""   # MySQL's gtid_executed, when the watermark is a GTID set
+
+    @property
+    def resolved(self) -> bool:
+        """False for a GTID watermark, whose binlog offset the reader finds later."""
+        return not self.gtid_set
 
 
 def binary_log_status(cur) -> tuple[Position, str]:
@@ -58,8 +65,17 @@ def begin_snapshot(cur, mariadb: bool) -> Watermark:
             return Watermark(Position(file, int(pos)), exact=True)
         raise SourceError("the source did not report binlog_snapshot_file/position: "
                           "is the binary log on?")
-    # MySQL: the end position read before the snapshot starts. Every transaction before it was
-    # written to the binlog; group commit may not have made the last ones visible yet.
-    position, gtid = binary_log_status(cur)
+    cur.execute("SELECT @@global.gtid_mode")
+    gtid_mode = str(cur.fetchone()[0]).upper()
+    position, _ = binary_log_status(cur)
+    if gtid_mode == "ON":
+        # Transactions flushed before `position` may commit after gtid_executed is read, so the
+        # first transaction outside the set can lie before `position`: resolve from its file start.
+        cur.execute("SELECT @@global.gtid_executed")
+        executed = cur.fetchone()[0]
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        return Watermark(Position(position.file, 4), exact=True, gtid_set=executed)
+    # No GTIDs: the end position read before the snapshot starts. Every transaction before it
+    # was written to the binlog; group commit may not have made the last ones visible yet.
     cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-    return Watermark(position, exact=False, gtid_set=gtid)
+    return Watermark(position, exact=False)

@@ -1,8 +1,9 @@
 -- Rows of the snapshot splits being merged, each placed at its split's watermark.
--- Only the attempt that state marks done is read ({{ done_splits }}: split_id, attempt).
+-- Only the attempt that state marks done is read; the watermark comes from state too
+-- ({{ done_splits }}: split_id, attempt, watermark), as GTID watermarks are resolved later.
 SELECT
   {{ columns }},
-  b._cdc_watermark AS _cdc_offset,
+  d.watermark AS _cdc_offset,
   'r' AS _cdc_op,
   b._cdc_read_at AS _cdc_ts,
   {{ source_table }} AS _cdc_source_table,

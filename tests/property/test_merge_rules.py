@@ -128,7 +128,7 @@ def test_silver_equals_model_after_every_batch(engine, data, history):
     bronze.ensure_binlog_table(engine, root)
     bronze.append_changes(engine, root, binlog_rows(txns, min(marks)))
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
-    done = {"db.t": [(i, "a1") for i in range(len(bounds))]}
+    done = {"db.t": [(i, "a1", boundary(mark)) for i, mark in enumerate(marks)]}
 
     # batch bounds: the first at or after the highest watermark, then random steps to the end
     upto = sorted({data.draw(st.integers(max(marks), last)), last})
@@ -168,7 +168,7 @@ def test_an_older_window_never_overwrites_a_newer_row(engine):
     bronze.write_split(engine, root, TABLE, [batch], 0, "a1", boundary(-1), TS)
     bronze.append_changes(engine, root, binlog_rows(txns, -1))
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
-    merge_batch(engine, root, plan, "", boundary(0), {"db.t": [(0, "a1")]})
+    merge_batch(engine, root, plan, "", boundary(0), {"db.t": [(0, "a1", boundary(-1))]})
     merge_batch(engine, root, plan, boundary(0), boundary(1), None)
-    merge_batch(engine, root, plan, "", boundary(0), {"db.t": [(0, "a1")]})  # stale replay
+    merge_batch(engine, root, plan, "", boundary(0), {"db.t": [(0, "a1", boundary(-1))]})  # stale replay
     assert_silver(engine, root, {1: "new", 2: "s2"})

@@ -44,12 +44,25 @@ def test_binlog_off_is_a_clear_error():
         binary_log_status(ScriptedCursor({"SHOW BINARY LOG STATUS": []}))
 
 
-def test_mysql_watermark_is_read_before_the_snapshot_and_marked_inexact():
-    cur = ScriptedCursor({"SHOW BINARY LOG STATUS": [("binlog.000003", 900, "", "", "u:1-9")]})
+def test_mysql_without_gtids_uses_the_position_before_the_snapshot_marked_inexact():
+    cur = ScriptedCursor({"SELECT @@global.gtid_mode": [("OFF",)],
+                          "SHOW BINARY LOG STATUS": [("binlog.000003", 900, "", "", "")]})
     mark = begin_snapshot(cur, mariadb=False)
-    assert cur.executed == ["SHOW BINARY LOG STATUS", "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
+    assert cur.executed == ["SELECT @@global.gtid_mode", "SHOW BINARY LOG STATUS",
+                            "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
     assert mark.position == Position("binlog.000003", 900) and not mark.exact
-    assert mark.gtid_set == "u:1-9"
+    assert mark.resolved
+
+
+def test_mysql_with_gtids_uses_gtid_executed_read_before_the_snapshot():
+    cur = ScriptedCursor({"SELECT @@global.gtid_mode": [("ON",)],
+                          "SHOW BINARY LOG STATUS": [("binlog.000003", 900, "", "", "u:1-9")],
+                          "SELECT @@global.gtid_executed": [("u:1-10",)]})
+    mark = begin_snapshot(cur, mariadb=False)
+    assert cur.executed[-2:] == ["SELECT @@global.gtid_executed",
+                                 "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
+    assert mark.gtid_set == "u:1-10" and mark.exact and not mark.resolved
+    assert mark.position == Position("binlog.000003", 4)  # resolution starts at the file start
 
 
 def test_mariadb_watermark_is_the_snapshot_position():

@@ -1,0 +1,57 @@
+"""MySQL GTID sets (`uuid:1-5:7,uuid2:1-3`) and the watermarks taken from them.
+
+On MySQL with gtid_mode=ON a split's low watermark is `@@global.gtid_executed`, read just before
+its snapshot starts: it holds committed transactions only, so every transaction in it is
+visible to the SELECT (DESIGN 3). The binlog reader then resolves that set to a binlog offset:
+the start of the first transaction whose GTID is not in the set. Transactions commit in binlog
+order (binlog_order_commits), so the set is a prefix of the binlog and the offset is exact.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cdc_sql.source.offsets import Position
+
+
+@dataclass(frozen=True)
+class GtidSet:
+    intervals: dict[str, tuple[tuple[int, int], ...]]
+
+    @classmethod
+    def parse(cls, text: str) -> "GtidSet":
+        intervals: dict[str, list[tuple[int, int]]] = {}
+        for member in filter(None, (m.strip() for m in re.sub(r"\s+", "", text or "").split(","))):
+            uuid, *ranges = member.split(":")
+            if not ranges:
+                raise ValueError(f"not a GTID set member: {member!r}")
+            for part in ranges:
+                low, _, high = part.partition("-")
+                intervals.setdefault(uuid.lower(), []).append((int(low), int(high or low)))
+        return cls({u: tuple(sorted(r)) for u, r in intervals.items()})
+
+    def __contains__(self, gtid: str) -> bool:
+        uuid, _, number = gtid.rpartition(":")
+        n = int(number)
+        return any(low <= n <= high for low, high in self.intervals.get(uuid.lower(), ()))
+
+
+@dataclass
+class GtidWatermarks:
+    """Splits whose GTID watermark still needs a binlog offset, resolved as the reader goes."""
+
+    pending: dict[str, GtidSet]
+    resolved: dict[str, Position] = field(default_factory=dict)
+
+    def observe(self, gtid: str, start: Position) -> None:
+        """A transaction with `gtid` begins at `start`."""
+        for name, executed in list(self.pending.items()):
+            if gtid not in executed:
+                self.resolved[name] = start
+                del self.pending[name]
+
+    def finish(self, end: Position) -> None:
+        """The reader stopped at `end`: every transaction before it was in the remaining sets."""
+        for name in list(self.pending):
+            self.resolved[name] = end
+            del self.pending[name]
