@@ -25,7 +25,7 @@ from cdc_sql.lake import bronze
 from cdc_sql.lake.silver import SilverPlan, merge_batch, plan_silver
 from cdc_sql.lake.state import Checkpoint, State
 from cdc_sql.progress import Progress
-from cdc_sql.source import mysql
+from cdc_sql.source import mysql, startup
 from cdc_sql.source.binlog import BinlogReader
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Position
@@ -35,7 +35,7 @@ from cdc_sql.source.splits import Split, plan_splits
 from cdc_sql.source.watermarks import binary_log_status
 
 log = logging.getLogger("cdc_sql")
-UNSUPPORTED_STARTUP = {"timestamp", "offset"}
+BINLOG_ONLY_STARTUP = ("latest", "earliest", "timestamp", "offset")
 BATCH_ROWS, BATCH_SECONDS = 50_000, 5.0
 
 
@@ -56,9 +56,6 @@ class SourceView:
 
 def inspect_source(pipeline: Pipeline) -> SourceView:
     """Everything `validate` checks against a live source; raises with what to fix."""
-    if pipeline.source.startup in UNSUPPORTED_STARTUP:
-        raise CdcError(f"{pipeline.file}: source.startup `{pipeline.source.startup}` is not "
-                       f"supported yet; use initial, latest, earliest or snapshot-only")
     with mysql.cursor(pipeline.source) as cur:
         mariadb = mysql.is_mariadb(cur)
         warnings = check_binlog_settings(cur, pipeline.source.startup)
@@ -142,15 +139,21 @@ class Runner:
 
     # -- phase 1: where capture starts --------------------------------------------------------
     def _start_capture(self, view: SourceView, checkpoint: Checkpoint) -> None:
-        """For `latest` and `earliest`, capture starts at a fixed place chosen on the first run."""
-        startup = self.pipeline.source.startup
-        if checkpoint.get("capture", "binlog") or startup not in ("latest", "earliest"):
+        """Without a snapshot, capture starts at a place chosen on the first run (startup.py)."""
+        source = self.pipeline.source
+        if checkpoint.get("capture", "binlog") or source.startup not in BINLOG_ONLY_STARTUP:
             return
-        start = view.end if startup == "latest" else view.first_binlog
+        start = {
+            "latest": lambda: view.end,
+            "earliest": lambda: view.first_binlog,
+            "offset": lambda: startup.offset_position(source, source.startup_offset),
+            "timestamp": lambda: startup.timestamp_position(
+                source, startup.parse_timestamp(source.startup_timestamp)),
+        }[source.startup]()
         self.state.write(("capture", "binlog", {"position": str(start)}),
                          *(("table", p.spec.name, {"applied": start.offset.text,
                                                    "snapshot_merged": True}) for p in view.plans))
-        log.info("capture starts at %s (startup: %s)", start, startup)
+        log.info("capture starts at %s (startup: %s)", start, source.startup)
 
     # -- phase 2: snapshot ----------------------------------------------------------------------
     def snapshot(self, view: SourceView) -> int:

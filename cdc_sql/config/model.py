@@ -41,6 +41,9 @@ class Source:
     server_id: int = _key("binlog client id, unique among the server's replicas", 5400,
                           minimum=1, maximum=2**32 - 1)
     startup: str = _key("where capture starts", "initial", choices=STARTUP_MODES)
+    startup_timestamp: str = _key("for startup: timestamp, a UTC time (2024-05-01 12:00:00) or "
+                                  "epoch seconds", "")
+    startup_offset: str = _key("for startup: offset, a binlog file:position", "")
     chunk_size: int = _key("rows per snapshot split", 10000, minimum=1)
     parallelism: int = _key("snapshot readers working at once", 2, minimum=1, maximum=64)
     snapshot_reader: str = _key("auto (native where every column allows), native (connectorx), "
@@ -107,6 +110,7 @@ def load_pipeline(file: str | Path, environ: dict[str, str] | None = None) -> Pi
     doc = read_document(file, environ)
     pipeline = _build(Pipeline, doc.values, "", doc)
     pipeline = _replace_file(pipeline, str(file))
+    _check_startup(pipeline, doc)
     _check_tables(pipeline, doc)
     return pipeline
 
@@ -119,6 +123,29 @@ def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
         # A relative target is relative to the pipeline file, so runs from any directory agree.
         target = Target(path=str((Path(file).resolve().parent / path).resolve()))
     return dataclasses.replace(pipeline, file=file, target=target)
+
+
+def _check_startup(pipeline: Pipeline, doc: Document) -> None:
+    source = pipeline.source
+    needs = {"timestamp": "startup_timestamp", "offset": "startup_offset"}
+    for mode, key in needs.items():
+        value = getattr(source, key)
+        if source.startup == mode and not value:
+            raise doc.error(f"startup: {mode} needs `{key}`", f"source.{key}")
+        if value and source.startup != mode:
+            raise doc.error(f"`{key}` is only for startup: {mode}", f"source.{key}")
+    if source.startup_timestamp:
+        from cdc_sql.source.startup import parse_timestamp
+
+        try:
+            parse_timestamp(source.startup_timestamp)
+        except ValueError:
+            raise doc.error(f"`{source.startup_timestamp}` is not a time (write "
+                            f"2024-05-01 12:00:00 in UTC, or epoch seconds)",
+                            "source.startup_timestamp") from None
+    if source.startup_offset and not re.fullmatch(r".+\.\d+:\d+", source.startup_offset):
+        raise doc.error(f"`{source.startup_offset}` is not file:position (e.g. binlog.000003:1234)",
+                        "source.startup_offset")
 
 
 def _check_tables(pipeline: Pipeline, doc: Document) -> None:

@@ -61,6 +61,11 @@ def _bounded_connect(attempts: int, backoff: float):
     return connect
 
 
+def stream_settings(source) -> dict:
+    """pymysql settings for a replication stream (no session setup statements)."""
+    return {k: v for k, v in mysql.connection_settings(source).items() if k != "init_command"}
+
+
 class BinlogReader:
     def __init__(self, source, tables: list[SourceTable], start: Position,
                  stop_at: Position | None, blocking: bool = False, connect_attempts: int = 5,
@@ -69,10 +74,8 @@ class BinlogReader:
         self.tables = {(t.db, t.name): t for t in tables}
         self.schemas = {t.db for t in tables}
         self.start, self.stop_at, self.blocking = start, stop_at, blocking
-        settings = {k: v for k, v in mysql.connection_settings(source).items()
-                    if k not in ("init_command",)}
         self.stream = BinLogStreamReader(
-            connection_settings=settings,
+            connection_settings=stream_settings(source),
             server_id=source.server_id,
             log_file=start.file, log_pos=start.pos, resume_stream=True,
             blocking=blocking,
