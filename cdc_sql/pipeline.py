@@ -36,7 +36,6 @@ from cdc_sql.source.watermarks import binary_log_status
 
 log = logging.getLogger("cdc_sql")
 BINLOG_ONLY_STARTUP = ("latest", "earliest", "timestamp", "offset")
-BATCH_ROWS, BATCH_SECONDS = 50_000, 5.0
 
 
 @dataclass
@@ -232,16 +231,19 @@ class Runner:
                                 for name, s in pending.items()})
         reader = BinlogReader(self.pipeline.source, view.source_tables, start, stop_at,
                               gtid_marks=marks)
+        source = self.pipeline.source
         changes: list[dict] = []
-        total, last_flush = 0, time.monotonic()
+        total, size, last_flush = 0, 0, time.monotonic()
         try:
-            for txn in reader.transactions():
+            for txn in reader.transactions():  # a batch closes only between transactions
                 for change in txn.changes:
                     change["txn_end"] = str(txn.end)
                 changes.extend(txn.changes)
-                if len(changes) >= BATCH_ROWS or time.monotonic() - last_flush > BATCH_SECONDS:
+                size += txn.size
+                if len(changes) >= source.binlog_batch_rows or size >= source.binlog_batch_bytes \
+                        or time.monotonic() - last_flush >= source.binlog_batch_seconds:
                     total += self._flush(changes, reader.position, pending, marks)
-                    changes, last_flush = [], time.monotonic()
+                    changes, size, last_flush = [], 0, time.monotonic()
                 if self.stop.is_set():
                     break
             total += self._flush(changes, reader.position, pending, marks)

@@ -46,6 +46,12 @@ class Source:
     startup_offset: str = _key("for startup: offset, a binlog file:position", "")
     chunk_size: int = _key("rows per snapshot split", 10000, minimum=1)
     parallelism: int = _key("snapshot readers working at once", 2, minimum=1, maximum=64)
+    binlog_batch_rows: int = _key("a bronze commit closes after this many changes (whole "
+                                  "transactions: one larger transaction lands alone)", 50_000,
+                                  minimum=1)
+    binlog_batch_bytes: int = _key("... or after this many bytes of row images", 64 * 2**20,
+                                   minimum=1)
+    binlog_batch_seconds: float = _key("... or after this many seconds", 5.0, minimum=0)
     snapshot_reader: str = _key("auto (native where every column allows), native (connectorx), "
                                 "or pymysql", "auto", choices=("auto", "native", "pymysql"))
 
@@ -223,6 +229,15 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
         if "maximum" in rules and value > rules["maximum"]:
             raise doc.error(f"must be at most {rules['maximum']}, got {value}", path)
         return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                value = float(str(value))
+            except ValueError:
+                raise doc.error(f"expected a number, got {shown}", path) from None
+        if "minimum" in rules and value < rules["minimum"]:
+            raise doc.error(f"must be at least {rules['minimum']}, got {value}", path)
+        return float(value)
     if hint is bool:
         if not isinstance(value, bool):
             raise doc.error(f"expected true or false, got {shown}", path)

@@ -39,6 +39,7 @@ class Transaction:
     changes: list[dict] = field(default_factory=list)
     end: Position | None = None     # where the next transaction starts: a safe resume point
     gtid: str = ""
+    size: int = 0                   # bytes of row images, for batch bounds
 
 
 def _bounded_connect(attempts: int, backoff: float):
@@ -165,14 +166,16 @@ class BinlogReader:
 
 def _change(table: SourceTable, offset: str, op: str, before, after, commit_ts, txn) -> dict:
     return {"offset": offset, "db": table.db, "tbl": table.name, "op": op,
-            "before": _image(table, before), "after": _image(table, after),
+            "before": _image(table, before, txn), "after": _image(table, after, txn),
             "commit_ts": commit_ts, "gtid": txn.gtid, "statement": None}
 
 
-def _image(table: SourceTable, values: dict | None) -> list[tuple[str, str | None]] | None:
+def _image(table: SourceTable, values: dict | None, txn: Transaction):
     if values is None:
         return None
-    return [(c.name, encode(c, normalize(c, values.get(c.name)))) for c in table.columns]
+    image = [(c.name, encode(c, normalize(c, values.get(c.name)))) for c in table.columns]
+    txn.size += sum(len(v) for _, v in image if v is not None)
+    return image
 
 
 def _query(event: QueryEvent) -> str:
