@@ -121,7 +121,7 @@ def start(mode: str = "sail", url: str = "") -> Engine:
             raise CdcError("engine mode `remote` needs engine.url (or --engine-url) as sc://host:port")
         from pyspark.sql import SparkSession
 
-        return Engine(mode, _configure(SparkSession.builder.remote(url).getOrCreate()))
+        return Engine(mode, _configure(SparkSession.builder.remote(url).create()))
     if mode == "active":
         from pyspark.sql import SparkSession
 
@@ -143,7 +143,9 @@ def _start_sail() -> Engine:
     server = SparkConnectServer(ip="127.0.0.1", port=0)
     server.start(background=True)
     _, port = server.listening_address
-    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+    # create(), not getOrCreate(): the latter hands back any session already active in this
+    # process, whatever its URL, and stopping it would stop that other engine's session.
+    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create()
     return Engine("sail", _configure(spark), server)
 
 

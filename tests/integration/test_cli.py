@@ -38,3 +38,12 @@ def test_run_then_status_json(pipeline, capsys):
     assert table["applied_offset"] and report["last_run"]["outcome"] == "ok"
     assert main(["status", pipeline.file]) == 0
     assert "big" in capsys.readouterr().out
+
+
+def test_a_second_engine_leaves_the_first_one_working(engine):
+    from cdc_sql import engine as engines
+
+    other = engines.start("sail")
+    assert other.spark is not engine.spark
+    other.stop()
+    assert engine.spark.range(3).count() == 3
