@@ -27,7 +27,7 @@ from cdc_sql.source import mysql
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.schema import SourceTable
-from cdc_sql.source.values import encode, normalize
+from cdc_sql.source.values import text_encoder
 
 log = logging.getLogger(__name__)
 _ROW_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
@@ -73,6 +73,8 @@ class BinlogReader:
                  gtid_marks: GtidWatermarks | None = None):
         self.source = source
         self.tables = {(t.db, t.name): t for t in tables}
+        self.encoders = {(t.db, t.name): tuple((c.name, text_encoder(c)) for c in t.columns)
+                         for t in tables}
         self.schemas = {t.db for t in tables}
         self.start, self.stop_at, self.blocking = start, stop_at, blocking
         self.stream = BinLogStreamReader(
@@ -141,21 +143,27 @@ class BinlogReader:
         table = self.tables.get((event.schema, event.table))
         if table is None:
             return
+        encoders = self.encoders[(event.schema, event.table)]
         commit_ts = dt.datetime.fromtimestamp(event.timestamp, _UTC)
         seq, pos = file_sequence(file), event.packet.log_pos
         for index, row in enumerate(event.rows):
             offset = Offset(seq, pos, index).text
+
+            def add(op: str, before, after) -> None:
+                txn.changes.append(_change(table, encoders, offset, op, before, after,
+                                           commit_ts, txn))
+
             if isinstance(event, WriteRowsEvent):
-                txn.changes.append(_change(table, offset, "c", None, row["values"], commit_ts, txn))
+                add("c", None, row["values"])
             elif isinstance(event, DeleteRowsEvent):
-                txn.changes.append(_change(table, offset, "d", row["values"], None, commit_ts, txn))
+                add("d", row["values"], None)
             else:
                 before, after = row["before_values"], row["after_values"]
                 if any(before[k] != after[k] for k in table.key):  # key change: delete + insert
-                    txn.changes.append(_change(table, offset, "d", before, None, commit_ts, txn))
-                    txn.changes.append(_change(table, offset, "c", None, after, commit_ts, txn))
+                    add("d", before, None)
+                    add("c", None, after)
                 else:
-                    txn.changes.append(_change(table, offset, "u", before, after, commit_ts, txn))
+                    add("u", before, after)
 
     def _ddl(self, event: QueryEvent, file: str) -> dict:
         return {"offset": Offset(file_sequence(file), event.packet.log_pos, 0).text,
@@ -164,16 +172,17 @@ class BinlogReader:
                 "statement": _text(event.query)}
 
 
-def _change(table: SourceTable, offset: str, op: str, before, after, commit_ts, txn) -> dict:
+def _change(table: SourceTable, encoders: tuple, offset: str, op: str, before, after,
+            commit_ts, txn) -> dict:
     return {"offset": offset, "db": table.db, "tbl": table.name, "op": op,
-            "before": _image(table, before, txn), "after": _image(table, after, txn),
+            "before": _image(encoders, before, txn), "after": _image(encoders, after, txn),
             "commit_ts": commit_ts, "gtid": txn.gtid, "statement": None}
 
 
-def _image(table: SourceTable, values: dict | None, txn: Transaction):
+def _image(encoders: tuple, values: dict | None, txn: Transaction):
     if values is None:
         return None
-    image = [(c.name, encode(c, normalize(c, values.get(c.name)))) for c in table.columns]
+    image = [(name, encode(values.get(name))) for name, encode in encoders]
     txn.size += sum(len(v) for _, v in image if v is not None)
     return image
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 
 from cdc_sql.devdb import MariaDB
-from tests.bench import snapshot
+from tests.bench import binlog, snapshot
 
-STAGES = {"snapshot": snapshot.run}
+STAGES = {"snapshot": snapshot.run, "binlog": binlog.run}
 
 
 def main() -> None:

@@ -66,3 +66,35 @@ def test_encode_forms():
 ])
 def test_type_mapping(data_type, column_type, precision, expected):
     assert Column("c", data_type, column_type, precision, 0, None, None).spark_type == expected
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from cdc_sql.source.values import text_encoder  # noqa: E402
+
+ENCODED_TYPES = {
+    col("int", "int(11)"): st.integers(-2**31, 2**31 - 1),
+    col("bigint", "bigint(20)"): st.integers(-2**63, 2**63 - 1),
+    col("bigint", "bigint(20) unsigned"): st.integers(0, 2**64 - 1),
+    col("year", "year(4)"): st.integers(1901, 2155),
+    col("varchar", length=20): st.text(max_size=20),
+    col("enum", "enum('a','b')"): st.sampled_from(["a", "b", ""]),
+    col("double"): st.floats(allow_nan=False),
+    col("decimal", "decimal(12,2)", precision=12, scale=2):
+        st.decimals(min_value=-10**9, max_value=10**9, places=2),
+    col("datetime", fsp=6): st.datetimes(min_value=dt.datetime(1000, 1, 1)),
+    col("timestamp", fsp=6): st.datetimes(min_value=dt.datetime(1970, 1, 1),
+                                          max_value=dt.datetime(2038, 1, 19)),
+    col("char", length=4): st.text(max_size=4),
+}
+
+
+@pytest.mark.parametrize("column", list(ENCODED_TYPES), ids=lambda c: c.column_type)
+def test_fused_encoder_equals_normalize_then_encode(column):
+    fused = text_encoder(column)
+
+    @given(st.none() | ENCODED_TYPES[column])
+    def check(value):
+        assert fused(value) == encode(column, normalize(column, value))
+
+    check()
