@@ -83,6 +83,8 @@ def _select_sql(table: SourceTable, split: Split, native: bool) -> tuple[str, li
 
 
 def _select_item(column: Column) -> str:
+    # DECIMAL goes as text: connectorx's own Decimal(38,10) path panics on some values
+    # ("decimal scale is not equal to expected scale"), seen with DECIMAL(30,10).
     name = mysql_quote(column.name)
     if column.data_type in _AS_TEXT or column.spark_type == "DECIMAL(20,0)":
         return f"CAST({name} AS CHAR) AS {name}"

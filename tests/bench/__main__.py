@@ -1,4 +1,4 @@
-"""Benchmarks: `python -m tests.bench [--sizes 500000,2000000] [--stages snapshot]`.
+"""Benchmarks: `python -m tests.bench [--stages snapshot,binlog] [--sizes N,4N]`.
 
 Each stage is measured against its bare baseline in the same run, at two table sizes (the second
 4x the first, so cost must grow linearly), with the peak memory of the cdc-sql process.
@@ -11,20 +11,22 @@ import argparse
 from cdc_sql.devdb import MariaDB
 from tests.bench import binlog, snapshot
 
-STAGES = {"snapshot": snapshot.run, "binlog": binlog.run}
+# stage -> (run, default sizes: the second 4x the first)
+STAGES = {"snapshot": (snapshot.run, [500_000, 2_000_000]),
+          "binlog": (binlog.run, [50_000, 200_000])}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="500000,2000000")
+    parser.add_argument("--sizes", help="table sizes for every stage (default: per stage)")
     parser.add_argument("--stages", default=",".join(STAGES))
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
     results = []
     with MariaDB(extra_flags=["--innodb-buffer-pool-size=2G"]) as db:
         for stage in args.stages.split(","):
-            for rows in sizes:
-                results += STAGES[stage](db, rows)
+            run, sizes = STAGES[stage]
+            for rows in [int(s) for s in args.sizes.split(",")] if args.sizes else sizes:
+                results += run(db, rows)
     print(f"\n{'stage':<36} {'rows':>10} {'seconds':>8} {'rows/s':>11} {'ratio':>6}  "
           f"{'vs':<16} {'peak MB':>8}")
     for r in results:
