@@ -23,6 +23,14 @@ SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
 _MAX_SLICE_BYTES = 32 * 2**20
 
 
+def _writer_properties():
+    """LZ4 for bronze and state: about 10% more snapshot rows/s than Snappy here, and read by
+    every Parquet reader cdc-sql targets (Spark, Sail, delta-rs)."""
+    from deltalake import WriterProperties
+
+    return WriterProperties(compression="LZ4_RAW")
+
+
 def table_ref(path: str) -> str:
     """A Delta table by path, in SQL (works on Sail and on Spark with Delta)."""
     return "delta.`" + str(path).replace("`", "``") + "`"
@@ -89,7 +97,7 @@ class Engine:
             from deltalake import write_deltalake
 
             reader = pa.RecordBatchReader.from_batches(schema, batches)
-            write_deltalake(str(path), reader, mode="append")
+            write_deltalake(str(path), reader, mode="append", writer_properties=_writer_properties())
             return
         for batch in batches:  # Sail rejects gRPC messages over 128 MB: send slices
             rows = max(1, int(batch.num_rows * _MAX_SLICE_BYTES / max(batch.nbytes, 1)))
