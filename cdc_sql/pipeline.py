@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cdc_sql.config.model import Pipeline
-from cdc_sql.errors import CdcError, SourceError
+from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver import SilverPlan, merge_batch, plan_silver
 from cdc_sql.lake.state import Checkpoint, State
@@ -58,6 +58,8 @@ def inspect_source(pipeline: Pipeline) -> SourceView:
     with mysql.cursor(pipeline.source) as cur:
         mariadb = mysql.is_mariadb(cur)
         warnings = check_binlog_settings(cur, pipeline.source.startup)
+        if pipeline.source.startup != "snapshot-only":
+            warnings += check_replication_access(cur, pipeline.source, mariadb)
         plans = [plan_silver(spec, read_tables(cur, spec), pipeline.file, i)
                  for i, spec in enumerate(pipeline.tables)]
         end, _ = binary_log_status(cur)
@@ -88,6 +90,43 @@ def check_binlog_settings(cur, startup: str) -> list[str]:
     return []
 
 
+def check_replication_access(cur, source, mariadb: bool) -> list[str]:
+    """Grants for reading the binlog, and no other replica using our server_id."""
+    import pymysql
+
+    monitor = "BINLOG MONITOR" if mariadb else "REPLICATION CLIENT"
+    grant = (f"GRANT SELECT, REPLICATION SLAVE, {monitor} ON *.* TO "
+             f"'{source.user}'@'%'")
+    try:
+        cur.execute("SHOW MASTER STATUS")
+        cur.fetchall()
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] == 1227:
+            raise SourceError(f"user {source.user} cannot read the binlog position (needs "
+                              f"{monitor}); grant what cdc-sql needs: {grant}") from None
+        raise
+    cur.execute("SHOW GRANTS")
+    statements = [row[0].upper() for row in cur.fetchall()]  # never shown: they hold hashes
+    via_roles = any(s.startswith("GRANT `") and " ON " not in s for s in statements)
+    if not via_roles and not any("REPLICATION SLAVE" in s or "ALL PRIVILEGES ON *.*" in s
+                                 for s in statements):
+        raise SourceError(f"user {source.user} lacks REPLICATION SLAVE, needed to read the "
+                          f"binlog; grant what cdc-sql needs: {grant}")
+    try:
+        cur.execute("SHOW SLAVE HOSTS")
+        hosts = cur.fetchall()
+    except pymysql.err.OperationalError:
+        return ["cannot list the source's replicas (needs REPLICATION MASTER ADMIN on MariaDB, "
+                "REPLICATION SLAVE on MySQL), so source.server_id was not checked for clashes"]
+    for row in hosts:
+        if int(row[0]) == source.server_id:
+            raise SourceError(
+                f"source.server_id {source.server_id} is already used by a replica of the source "
+                f"(host {row[1] or 'unknown'}); two binlog clients with one server_id cut each "
+                f"other off: give each pipeline its own server_id")
+    return []
+
+
 class Runner:
     def __init__(self, pipeline: Pipeline, engine, stop: threading.Event | None = None):
         self.pipeline, self.engine = pipeline, engine
@@ -109,7 +148,7 @@ class Runner:
             with timed(summary, "snapshot"):
                 summary["snapshot_rows"] = self.snapshot(view)
             view = self._refresh_end(view)  # capture reaches past every snapshot watermark
-            while True:
+            while not self.stop.is_set():
                 checkpoint = self.state.load()
                 with timed(summary, "capture"):
                     captured = self.capture(view, checkpoint, view.end)
@@ -117,12 +156,10 @@ class Runner:
                     merged = self.merge(view, self.state.load())
                 summary["captured_changes"] = summary.get("captured_changes", 0) + captured
                 summary["merged_tables"] = sorted(set(summary.get("merged_tables", [])) | set(merged))
-                if until_caught_up or self.stop.is_set():
-                    break
-                if self.stop.wait(poll_seconds):
+                if until_caught_up or self.stop.wait(poll_seconds):
                     break
                 view = self._refresh_end(view)
-            summary["outcome"] = "ok"
+            summary["outcome"] = "stopped" if self.stop.is_set() else "ok"
             return summary
         finally:
             summary["seconds"] = round(time.monotonic() - started, 3)
@@ -184,8 +221,8 @@ class Runner:
 
     def _read_split(self, view: SourceView, table: SourceTable, split: Split,
                     progress: Progress) -> int:
-        if self.stop.is_set():
-            raise CdcError("stopped")
+        if self.stop.is_set():  # SIGTERM: splits not started wait for the next run
+            return 0
         attempt = uuid.uuid4().hex[:12]
         read = read_split(self.pipeline.source, table, split, view.mariadb,
                           reader=self.pipeline.source.snapshot_reader)

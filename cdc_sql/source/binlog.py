@@ -87,6 +87,7 @@ class BinlogReader:
             only_schemas=sorted({t.db for t in tables}) or None,
             pymysql_wrapper=_bounded_connect(connect_attempts, 0.5),
             slave_heartbeat=5 if blocking else None,
+            report_slave="cdc-sql",  # lists us in SHOW SLAVE HOSTS, so server_id clashes show
         )
         self.position = start  # the last transaction boundary read
         self.gtid_marks = gtid_marks or GtidWatermarks({})

@@ -99,3 +99,48 @@ def test_sigkill_mid_snapshot_rereads_only_unfinished_splits(mariadb, database, 
         .select("_cdc_split_id", "_cdc_attempt").distinct().collect()
     assert sorted(a for _, a in attempts) == sorted(after.values())  # no rows of killed attempts
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
+
+
+def applied_offset(root) -> str:
+    import json
+
+    from deltalake import DeltaTable
+
+    try:
+        rows = DeltaTable(f"{root}/_state/checkpoint").to_pyarrow_table().to_pylist()
+    except Exception:  # noqa: BLE001 - not created yet
+        return ""
+    tables = [r for r in sorted(rows, key=lambda r: r["seq"]) if r["kind"] == "table"]
+    return json.loads(tables[-1]["value"])["applied"] if tables else ""
+
+
+def test_follow_mode_applies_changes_then_sigterm_exits_0(mariadb, database, engine,
+                                                          make_pipeline):
+    from cdc_sql.source.offsets import Offset, file_sequence
+
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+                    "INSERT INTO items SELECT seq, 'v', seq FROM seq_1_to_500", db=database)
+    pipeline = make_pipeline(f"- name: items\n  source: {database}.items")
+    process = subprocess.Popen([sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file],
+                               env={**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not applied_offset(pipeline.root):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        mariadb.execute("UPDATE items SET v = 'followed' WHERE id < 100",
+                        "DELETE FROM items WHERE id > 400",
+                        "INSERT INTO items VALUES (1000, 'new', 0)", db=database)
+        file, pos = mariadb.query("SHOW MASTER STATUS")[0][:2]
+        target = Offset(file_sequence(file), pos, 0).text
+        while applied_offset(pipeline.root) < target:
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, process.stderr.read().decode()[-2000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "SIGTERM received" in process.stderr.read().decode()
+    assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")

@@ -81,3 +81,49 @@ def test_unreachable_host(make_pipeline):
     pipeline = make_pipeline("- name: o\n  source: a.b", port=1)
     with pytest.raises(SourceError, match="cannot connect to .*:1"):
         inspect_source(pipeline)
+
+
+def test_server_id_in_use_is_refused(orders, make_pipeline, mariadb):
+    import threading
+    import time
+
+    from pymysqlreplication import BinLogStreamReader
+
+    from cdc_sql.devdb import PASSWORD, USER
+
+    other = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": mariadb.port, "user": USER,
+                             "passwd": PASSWORD},
+        server_id=4242, blocking=True, report_slave="someone-else", resume_stream=True,
+        log_file=mariadb.query("SHOW MASTER STATUS")[0][0], log_pos=4)
+    threading.Thread(target=lambda: next(iter(other), None), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not any(row[0] == 4242 for row in mariadb.query("SHOW SLAVE HOSTS")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pipeline = make_pipeline(f"- name: o\n  source: {orders}.orders", server_id=4242)
+    try:
+        with pytest.raises(SourceError, match="server_id 4242 is already used by a replica "
+                                              "of the source \\(host someone-else\\)"):
+            inspect_source(pipeline)
+    finally:
+        other.close()
+
+
+def test_missing_replication_grants_are_named(orders, make_pipeline, mariadb):
+    from cdc_sql.config.model import load_pipeline
+
+    mariadb.execute("CREATE USER IF NOT EXISTS reader@'%' IDENTIFIED BY 'pw-reader'",
+                    "GRANT SELECT ON *.* TO reader@'%'")
+    pipeline = make_pipeline(f"- name: o\n  source: {orders}.orders", user="reader",
+                             password="pw-reader")
+    with pytest.raises(SourceError) as info:
+        inspect_source(load_pipeline(pipeline.file, environ={}))
+    message = str(info.value)
+    assert "needs BINLOG MONITOR" in message and "GRANT SELECT, REPLICATION SLAVE" in message
+    assert "pw-reader" not in message
+    mariadb.execute("GRANT BINLOG MONITOR ON *.* TO reader@'%'")
+    with pytest.raises(SourceError, match="lacks REPLICATION SLAVE"):
+        inspect_source(load_pipeline(pipeline.file, environ={}))
+    mariadb.execute("GRANT REPLICATION SLAVE ON *.* TO reader@'%'")
+    assert inspect_source(load_pipeline(pipeline.file, environ={})).plans
