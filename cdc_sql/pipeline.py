@@ -133,6 +133,9 @@ class Runner:
         self.root = str(pipeline.root)
         self.state = State(engine, self.root)
         self.stop = stop or threading.Event()
+        # What this run's capture saw, so idle tables advance without a MERGE (heartbeat)
+        self.captured_from: str | None = None
+        self.changed_tables: set[str] = set()
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, until_caught_up: bool = True, poll_seconds: float = 1.0) -> dict:
@@ -258,6 +261,8 @@ class Runner:
         if start is None:
             return 0
         start = bronze.resume_after(self.engine, self.root, start)
+        if self.captured_from is None:
+            self.captured_from = start.offset.text
         if start.offset >= stop_at.offset:
             if not saved or Position.parse(saved["position"]) != start:
                 self._flush([], start)
@@ -276,6 +281,7 @@ class Runner:
                 for change in txn.changes:
                     change["txn_end"] = str(txn.end)
                 changes.extend(txn.changes)
+                self.changed_tables.update(f"{c['db']}.{c['tbl']}" for c in txn.changes)
                 size += txn.size
                 if len(changes) >= source.binlog_batch_rows or size >= source.binlog_batch_bytes \
                         or time.monotonic() - last_flush >= source.binlog_batch_seconds:
@@ -316,9 +322,9 @@ class Runner:
             if table_state and table_state.get("snapshot_merged"):
                 if not capture or capture_offset(capture) <= table_state["applied"]:
                     continue
-                merge_batch(self.engine, self.root, plan, table_state["applied"],
-                            capture_offset(capture), None)
                 upto = capture_offset(capture)
+                if not self._idle(plan, table_state["applied"]):
+                    merge_batch(self.engine, self.root, plan, table_state["applied"], upto, None)
             else:
                 splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
                 if not splits or any(s["status"] != "done" or not s.get("watermark")
@@ -340,6 +346,13 @@ class Runner:
             merged.append(plan.spec.name)
             log.info("silver %s: merged up to %s", plan.spec.name, upto)
         return merged
+
+
+    def _idle(self, plan: SilverPlan, applied: str) -> bool:
+        """True when this run captured all of (applied, now] and none of it touched the table:
+        its applied offset then moves on without a MERGE."""
+        return self.captured_from is not None and self.captured_from <= applied and \
+            not any(t.qualified in self.changed_tables for t in plan.sources)
 
 
 def capture_offset(capture: dict) -> str:

@@ -133,3 +133,67 @@ def test_purged_binlog_is_a_clear_error(engine, tmp_path):
     message = str(info.value)
     assert "cannot send its binlog from binlog.000001:" in message
     assert "re-snapshot" in message and PASSWORD not in message
+
+
+def test_idle_table_moves_its_applied_offset_without_a_merge(mariadb, database, engine,
+                                                             make_pipeline):
+    from cdc_sql.lake.state import State
+
+    mariadb.execute("CREATE TABLE quiet (id INT PRIMARY KEY)", "INSERT INTO quiet VALUES (1)",
+                    "CREATE TABLE busy (id INT PRIMARY KEY, n INT)",
+                    "INSERT INTO busy VALUES (1, 0)", db=database)
+    pipeline = make_pipeline(f"- name: quiet\n  source: {database}.quiet\n"
+                             f"- name: busy\n  source: {database}.busy")
+    run(pipeline, engine)
+    versions = DeltaTable(f"{pipeline.root}/silver/quiet").version()
+    mariadb.execute("UPDATE busy SET n = n + 1", db=database)
+    run(pipeline, engine)
+    checkpoint = State(engine, str(pipeline.root)).load()
+    position = checkpoint.get("capture", "binlog")["position"]
+    from cdc_sql.source.offsets import Position
+    assert checkpoint.get("table", "quiet")["applied"] == Position.parse(position).offset.text
+    assert checkpoint.get("table", "busy")["applied"] == checkpoint.get("table", "quiet")["applied"]
+    assert DeltaTable(f"{pipeline.root}/silver/quiet").version() == versions  # no MERGE
+    assert_silver_equals(engine, pipeline, "busy", mariadb, f"SELECT * FROM {database}.busy")
+
+
+def test_ddl_statements_are_captured(mariadb, database, engine, make_pipeline):
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t")
+    run(pipeline, engine)
+    mariadb.execute("ALTER TABLE t ADD COLUMN note VARCHAR(10)", db=database)
+    run(pipeline, engine)
+    rows = DeltaTable(binlog_path(str(pipeline.root))).to_pyarrow_table().to_pylist()
+    ddl = [r for r in rows if r["op"] == "ddl" and r["db"] == database]
+    assert [r["statement"] for r in ddl] == ["ALTER TABLE t ADD COLUMN note VARCHAR(10)"]
+
+
+def test_source_gone_mid_follow_fails_clearly_instead_of_retrying_forever(engine, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.integration.test_crash import applied_offset
+
+    with MariaDB() as server:
+        server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)",
+                       "INSERT INTO d.t VALUES (1)")
+        (tmp_path / "p.yaml").write_text(
+            f"name: p\nsource:\n  host: 127.0.0.1\n  port: {server.port}\n  user: {USER}\n"
+            f"  password: {PASSWORD}\ntarget:\n  path: {tmp_path / 'lake'}\n"
+            f"tables:\n  - name: t\n    source: d.t\n")
+        process = subprocess.Popen([sys.executable, "-m", "cdc_sql.cli", "run",
+                                    str(tmp_path / "p.yaml")], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not applied_offset(tmp_path / "lake"):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+    try:
+        code = process.wait(timeout=90)  # the server is gone: bounded retries, then exit 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+    message = process.stderr.read().decode()
+    assert code == 1, message[-2000:]
+    assert "cdc-sql: cannot connect to" in message or "lost the binlog connection" in message
+    assert PASSWORD not in message
