@@ -5,32 +5,26 @@ its operation (c insert, u update, d delete) and full before/after images, norma
 (values.normalize) and written as text (values.encode). An UPDATE that changes the key becomes a
 delete of the old key and an insert of the new one at the same offset.
 
-python-mysql-replication is driven with plain file/position (`is_mariadb=False` works on MariaDB;
-with True it ignores log_file/log_pos), and its reconnect loop is bounded by our connect wrapper.
+The events themselves come from binlog_stream.py: python-mysql-replication driven by plain
+file/position (`is_mariadb=False` works on MariaDB; with True it ignores log_file/log_pos), its
+reconnect loop bounded, parsing in a child process so it runs beside the work done here.
 """
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import pymysql
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import (GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent,
-                                      XidEvent)
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
 from cdc_sql.errors import SourceError
 from cdc_sql.source import mysql
-from cdc_sql.source.gtid import GtidSet, GtidWatermarks
+from cdc_sql.source.binlog_stream import StreamError, raw_events, raw_events_in_child
+from cdc_sql.source.gtid import GtidWatermarks
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.values import text_encoder
 
 log = logging.getLogger(__name__)
-_ROW_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 _UTC = dt.timezone.utc
 
 
@@ -42,26 +36,6 @@ class Transaction:
     size: int = 0                   # bytes of row images, for batch bounds
 
 
-def _bounded_connect(attempts: int, backoff: float):
-    """A pymysql.connect that gives up after `attempts` tries (the library retries forever)."""
-    state = {"failures": 0}
-
-    def connect(**settings):
-        while True:
-            try:
-                conn = pymysql.connect(**settings)
-                state["failures"] = 0
-                return conn
-            except pymysql.err.OperationalError as exc:
-                state["failures"] += 1
-                if state["failures"] >= attempts:
-                    raise SourceError(f"lost the binlog connection and could not reconnect after "
-                                      f"{attempts} attempts: {exc.args[-1]}") from None
-                time.sleep(backoff * 2 ** (state["failures"] - 1))
-
-    return connect
-
-
 def stream_settings(source) -> dict:
     """pymysql settings for a replication stream (no session setup statements)."""
     return {k: v for k, v in mysql.connection_settings(source).items() if k != "init_command"}
@@ -70,93 +44,82 @@ def stream_settings(source) -> dict:
 class BinlogReader:
     def __init__(self, source, tables: list[SourceTable], start: Position,
                  stop_at: Position | None, blocking: bool = False, connect_attempts: int = 5,
-                 gtid_marks: GtidWatermarks | None = None):
+                 gtid_marks: GtidWatermarks | None = None, parse_in_child: bool = True):
         self.source = source
         self.tables = {(t.db, t.name): t for t in tables}
         self.encoders = {(t.db, t.name): tuple((c.name, text_encoder(c)) for c in t.columns)
                          for t in tables}
         self.schemas = {t.db for t in tables}
-        self.start, self.stop_at, self.blocking = start, stop_at, blocking
-        self.stream = BinLogStreamReader(
-            connection_settings=stream_settings(source),
-            server_id=source.server_id,
-            log_file=start.file, log_pos=start.pos, resume_stream=True,
-            blocking=blocking,
-            only_events=[*_ROW_EVENTS, QueryEvent, XidEvent, RotateEvent, GtidEvent,
-                         MariadbGtidEvent],
-            only_schemas=sorted({t.db for t in tables}) or None,
-            pymysql_wrapper=_bounded_connect(connect_attempts, 0.5),
-            slave_heartbeat=5 if blocking else None,
-            report_slave="cdc-sql",  # lists us in SHOW SLAVE HOSTS, so server_id clashes show
-        )
+        self.start, self.stop_at = start, stop_at
+        read = raw_events_in_child if parse_in_child else raw_events
+        self.events = read(stream_settings(source), source.server_id, start.file, start.pos,
+                           sorted(self.schemas), blocking, connect_attempts)
         self.position = start  # the last transaction boundary read
         self.gtid_marks = gtid_marks or GtidWatermarks({})
 
     def close(self) -> None:
-        self.stream.close()
+        self.events.close()
 
     def transactions(self) -> Iterator[Transaction]:
         """Whole transactions of captured tables; empty ones too, so the position moves."""
         current = Transaction()
+        previous_end = self.start
         try:
-            previous_end = self.start
-            for event in self.stream:
-                if isinstance(event, RotateEvent):
-                    previous_end = Position(self.stream.log_file, self.stream.log_pos)
+            for kind, file, end_pos, ts, payload in self.events:
+                end = Position(file, end_pos)
+                if kind == "rotate":
+                    previous_end = end
                     continue
-                file = self.stream.log_file
-                end = Position(file, event.packet.log_pos)
-                if isinstance(event, (GtidEvent, MariadbGtidEvent)):
-                    current = Transaction(gtid=str(getattr(event, "gtid", "")))
-                    if isinstance(event, GtidEvent) and self.gtid_marks.pending:
-                        self.gtid_marks.observe(current.gtid, previous_end)
-                elif isinstance(event, _ROW_EVENTS):
-                    self._add_rows(current, event, file)
-                elif isinstance(event, XidEvent) or (
-                        isinstance(event, QueryEvent) and _query(event) == "COMMIT"):
-                    current.end = end
+                if kind == "end":
+                    if not current.changes:  # the end of a non-blocking read is a boundary
+                        self.position = max(self.position, end, key=lambda p: p.offset)
+                    break
+                if kind == "gtid":
+                    gtid, mysql_gtid = payload
+                    current = Transaction(gtid=gtid)
+                    if mysql_gtid and self.gtid_marks.pending:
+                        self.gtid_marks.observe(gtid, previous_end)
+                elif kind == "rows":
+                    self._add_rows(current, *payload, file, end_pos, ts)
+                elif kind == "xid" or (kind == "query" and payload[1].strip().upper() == "COMMIT"):
                     yield self._finish(current, end)
                     current = Transaction()
-                elif isinstance(event, QueryEvent) and _query(event) != "BEGIN":
-                    if _text(event.schema) in self.schemas:  # DDL commits by itself
-                        current.changes.append(self._ddl(event, file))
+                elif kind == "query" and payload[1].strip().upper() != "BEGIN":
+                    if payload[0] in self.schemas:  # DDL commits by itself
+                        current.changes.append(self._ddl(payload, file, end_pos, ts))
                     yield self._finish(current, end)
                     current = Transaction()
                 previous_end = end
                 if self.stop_at and self.position.offset >= self.stop_at.offset and \
                         not current.changes and not self.gtid_marks.pending:
                     return
-            if not current.changes and self.stream.log_file:
-                # The end of the binlog (non-blocking read) is a transaction boundary.
-                self.position = max(self.position, Position(self.stream.log_file,
-                                                            self.stream.log_pos),
-                                    key=lambda p: p.offset)
             self.gtid_marks.finish(self.position)
-        except pymysql.err.MySQLError as exc:
-            raise _explain_stream_error(exc, self.start) from None
+        except StreamError as exc:
+            raise _explain_stream_error(exc.code, exc.message, self.start) from None
 
     def _finish(self, txn: Transaction, end: Position) -> Transaction:
         txn.end = end
         self.position = end
         return txn
 
-    def _add_rows(self, txn: Transaction, event, file: str) -> None:
-        table = self.tables.get((event.schema, event.table))
+    def _add_rows(self, txn: Transaction, op: str, schema: str, table_name: str, rows,
+                  file: str, pos: int, timestamp: int) -> None:
+        table = self.tables.get((schema, table_name))
         if table is None:
             return
-        encoders = self.encoders[(event.schema, event.table)]
-        commit_ts = dt.datetime.fromtimestamp(event.timestamp, _UTC)
-        seq, pos = file_sequence(file), event.packet.log_pos
-        for index, row in enumerate(event.rows):
+        encoders = self.encoders[(schema, table_name)]
+        commit_ts = dt.datetime.fromtimestamp(timestamp, _UTC)
+        seq = file_sequence(file)
+        for index, row in enumerate(rows):
             offset = Offset(seq, pos, index).text
 
-            def add(op: str, before, after) -> None:
-                txn.changes.append(_change(table, encoders, offset, op, before, after,
+            def add(op_: str, before, after) -> None:
+                txn.changes.append(_change(table, encoders, offset, op_, before, after,
                                            commit_ts, txn))
 
-            if isinstance(event, WriteRowsEvent):
+            if op == "c":
                 add("c", None, row["values"])
-            elif isinstance(event, DeleteRowsEvent):
+            elif op == "d":
                 add("d", row["values"], None)
             else:
                 before, after = row["before_values"], row["after_values"]
@@ -166,11 +129,12 @@ class BinlogReader:
                 else:
                     add("u", before, after)
 
-    def _ddl(self, event: QueryEvent, file: str) -> dict:
-        return {"offset": Offset(file_sequence(file), event.packet.log_pos, 0).text,
-                "db": _text(event.schema), "tbl": "", "op": "ddl", "before": None, "after": None,
-                "commit_ts": dt.datetime.fromtimestamp(event.timestamp, _UTC), "gtid": "",
-                "statement": _text(event.query)}
+    def _ddl(self, payload, file: str, pos: int, timestamp: int) -> dict:
+        schema, statement = payload
+        return {"offset": Offset(file_sequence(file), pos, 0).text, "db": schema, "tbl": "",
+                "op": "ddl", "before": None, "after": None,
+                "commit_ts": dt.datetime.fromtimestamp(timestamp, _UTC), "gtid": "",
+                "statement": statement}
 
 
 def _change(table: SourceTable, encoders: tuple, offset: str, op: str, before, after,
@@ -188,17 +152,7 @@ def _image(encoders: tuple, values: dict | None, txn: Transaction):
     return image
 
 
-def _query(event: QueryEvent) -> str:
-    return _text(event.query).strip().upper()
-
-
-def _text(value) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else (value or "")
-
-
-def _explain_stream_error(exc: Exception, start: Position) -> SourceError:
-    code = exc.args[0] if exc.args else None
-    message = str(exc.args[-1]) if exc.args else str(exc)
+def _explain_stream_error(code, message: str, start: Position) -> SourceError:
     if code == 1236:  # ER_MASTER_FATAL_ERROR_READING_BINLOG: purged, or bad position
         return SourceError(f"the source cannot send its binlog from {start}: {message}. If that "
                            f"binlog was purged, the changes since are lost to this pipeline: raise "
@@ -207,4 +161,6 @@ def _explain_stream_error(exc: Exception, start: Position) -> SourceError:
     if code in (1227, 1045):
         return SourceError(f"the source user lacks REPLICATION SLAVE / REPLICATION CLIENT grants: "
                            f"{message}")
+    if code is None:
+        return SourceError(message)
     return SourceError(f"binlog read failed at {start}: {message}")

@@ -74,13 +74,14 @@ def timestamp_position(source, when: dt.datetime) -> Position:
 
 
 def _stream(source, file: str):
-    from cdc_sql.source.binlog import _bounded_connect, stream_settings
+    from cdc_sql.source.binlog import stream_settings
+    from cdc_sql.source.binlog_stream import bounded_connect
 
     return BinLogStreamReader(
         connection_settings=stream_settings(source), server_id=source.server_id,
         log_file=file, log_pos=4, resume_stream=True, blocking=False,
         only_events=[QueryEvent, XidEvent, GtidEvent, MariadbGtidEvent, RotateEvent],
-        pymysql_wrapper=_bounded_connect(3, 0.5))
+        pymysql_wrapper=bounded_connect(3, 0.5))
 
 
 def _first_event_time(source, file: str) -> float:
