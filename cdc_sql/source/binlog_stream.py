@@ -120,10 +120,12 @@ def _child_main() -> None:
         out.write(_LENGTH.pack(len(data)) + data)
         out.flush()
 
+    blocking = args[5]
     try:
         for event in raw_events(*args):
             chunk.append(event)
-            if len(chunk) >= CHUNK:
+            # A following reader waits on the stream: send each transaction as it ends.
+            if len(chunk) >= CHUNK or blocking and event[0] in ("xid", "query", "rotate"):
                 send(chunk)
                 chunk = []
         send(chunk)

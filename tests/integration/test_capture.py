@@ -197,3 +197,30 @@ def test_source_gone_mid_follow_fails_clearly_instead_of_retrying_forever(engine
     assert code == 1, message[-2000:]
     assert "cdc-sql: cannot connect to" in message or "lost the binlog connection" in message
     assert PASSWORD not in message
+
+
+def test_binlog_parser_child_dies_with_its_parent(mariadb, tmp_path):
+    """An orphaned parser would keep our server_id and cut off the next run's stream."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "from cdc_sql.source.binlog_stream import raw_events_in_child\n"
+        f"events = raw_events_in_child({{'host': '127.0.0.1', 'port': {mariadb.port}, "
+        f"'user': '{USER}', 'password': '{PASSWORD}'}}, 4711, "
+        f"'{mariadb.query('SHOW MASTER STATUS')[0][0]}', 4, [], True)\n"
+        "next(events)\nprint('reading', flush=True)\ntime.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE)
+    assert parent.stdout.readline().strip() == b"reading"
+    children = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True,
+                              text=True).stdout.split()
+    assert len(children) == 1
+    parent.kill()  # SIGKILL the parent alone, not its process group
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{children[0]}") and \
+            open(f"/proc/{children[0]}/stat").read().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the parser outlived its parent"
+        time.sleep(0.05)
