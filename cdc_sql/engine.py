@@ -49,10 +49,6 @@ class Engine:
         self.arrow_writer = self.arrow_writer or ("delta-rs" if self.mode in ("sail", "local")
                                                   else "spark")
 
-    @property
-    def is_sail(self) -> bool:
-        return self.mode == "sail"
-
     def table_ref(self, path: str) -> str:
         return table_ref(path)
 
@@ -69,11 +65,8 @@ class Engine:
                 return False
         return os.path.isdir(os.path.join(str(path), "_delta_log"))
 
-    def append(self, df, path: str, merge_schema: bool = False) -> None:
-        writer = df.write.format("delta").mode("append")
-        if merge_schema:  # Sail has no ALTER TABLE ADD COLUMNS; schema-merging appends work everywhere
-            writer = writer.option("mergeSchema", "true")
-        writer.save(str(path))
+    def append(self, df, path: str) -> None:
+        df.write.format("delta").mode("append").save(str(path))
 
     def _delta_rs(self, path: str) -> bool:
         """Arrow data from this process (snapshot rows, binlog changes) goes to Delta through
@@ -106,10 +99,12 @@ class Engine:
                 self.append(self.spark.createDataFrame(table, _spark_schema(schema)), path)
 
     def stop(self) -> None:
-        if self._server is not None:
-            try:
+        """Stop what this engine started; an `active` session belongs to its host (Databricks)."""
+        try:
+            if self.mode != "active":
                 self.spark.stop()
-            finally:
+        finally:
+            if self._server is not None:
                 self._server.stop()
                 self._server = None
 

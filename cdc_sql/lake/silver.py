@@ -8,19 +8,17 @@ State records P := U only after the MERGE commits; a rerun of the same window is
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from cdc_sql.config.model import Table
-from cdc_sql.engine import table_ref
 from cdc_sql.config.projection import Projection, resolve_projection
+from cdc_sql.engine import table_ref
 from cdc_sql.errors import ConfigError, SourceError
 from cdc_sql.lake import bronze
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.values import decode_sql
 from cdc_sql.sql import quote, render, string_literal
 
-log = logging.getLogger(__name__)
 ENGINE_COLUMNS = ("_cdc_offset", "_cdc_op", "_cdc_ts")
 
 

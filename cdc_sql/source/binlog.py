@@ -110,24 +110,23 @@ class BinlogReader:
         encoders = self.encoders[(schema, table_name)]
         commit_ts = dt.datetime.fromtimestamp(timestamp, _UTC)
         seq = file_sequence(file)
+        def add(offset: str, op_: str, before, after) -> None:
+            txn.changes.append(_change(table, encoders, offset, op_, before, after, commit_ts,
+                                       txn))
+
         for index, row in enumerate(rows):
             offset = Offset(seq, pos, index).text
-
-            def add(op_: str, before, after) -> None:
-                txn.changes.append(_change(table, encoders, offset, op_, before, after,
-                                           commit_ts, txn))
-
             if op == "c":
-                add("c", None, row["values"])
+                add(offset, "c", None, row["values"])
             elif op == "d":
-                add("d", row["values"], None)
+                add(offset, "d", row["values"], None)
             else:
                 before, after = row["before_values"], row["after_values"]
                 if any(before[k] != after[k] for k in table.key):  # key change: delete + insert
-                    add("d", before, None)
-                    add("c", None, after)
+                    add(offset, "d", before, None)
+                    add(offset, "c", None, after)
                 else:
-                    add("u", before, after)
+                    add(offset, "u", before, after)
 
     def _ddl(self, payload, file: str, pos: int, timestamp: int) -> dict:
         schema, statement = payload

@@ -3,6 +3,7 @@ import os
 import random
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -74,7 +75,8 @@ def test_long_transaction_spanning_batches_lands_whole(mariadb, database, engine
             seen[gtid] = version
     long_txn = [g for g in seen if sum(1 for _, x in previous if x == g) == 3050]
     assert len(long_txn) == 1  # 3000 updates and 50 deletes, one commit, more than 100 rows
-    assert bronze_offsets(pipeline.root, database, "t") == source_offsets(mariadb, database, "t", start)
+    assert bronze_offsets(pipeline.root, database, "t") == \
+        source_offsets(mariadb, database, "t", start)
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
 
 
@@ -103,21 +105,28 @@ def test_sigkill_during_capture_keeps_every_event_exactly_once(mariadb, database
             kills += 1
         process.wait()
     run(pipeline, engine)
-    assert bronze_offsets(pipeline.root, database, "t") == source_offsets(mariadb, database, "t", start)
+    assert bronze_offsets(pipeline.root, database, "t") == \
+        source_offsets(mariadb, database, "t", start)
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
+
+
+def private_source(server: MariaDB, tmp_path: Path) -> Path:
+    """A pipeline over table d.t of a server of the test's own (for tests that break it)."""
+    server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)",
+                   "INSERT INTO d.t VALUES (1)")
+    path = tmp_path / "p.yaml"
+    path.write_text(f"name: p\nsource:\n  host: 127.0.0.1\n  port: {server.port}\n"
+                    f"  user: {USER}\n  password: {PASSWORD}\n"
+                    f"target:\n  path: {tmp_path / 'lake'}\n"
+                    f"tables:\n  - name: t\n    source: d.t\n")
+    return path
 
 
 def test_purged_binlog_is_a_clear_error(engine, tmp_path):
     from cdc_sql.config.model import load_pipeline
 
     with MariaDB() as server:
-        server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)",
-                       "INSERT INTO d.t VALUES (1)")
-        (tmp_path / "p.yaml").write_text(
-            f"name: p\nsource:\n  host: 127.0.0.1\n  port: {server.port}\n  user: {USER}\n"
-            f"  password: {PASSWORD}\ntarget:\n  path: {tmp_path / 'lake'}\n"
-            f"tables:\n  - name: t\n    source: d.t\n")
-        pipeline = load_pipeline(tmp_path / "p.yaml")
+        pipeline = load_pipeline(private_source(server, tmp_path))
         run(pipeline, engine)
         server.execute("INSERT INTO d.t VALUES (2)")
         deadline = time.monotonic() + 30
@@ -175,14 +184,8 @@ def test_source_gone_mid_follow_fails_clearly_instead_of_retrying_forever(engine
     from tests.integration.test_crash import applied_offset
 
     with MariaDB() as server:
-        server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)",
-                       "INSERT INTO d.t VALUES (1)")
-        (tmp_path / "p.yaml").write_text(
-            f"name: p\nsource:\n  host: 127.0.0.1\n  port: {server.port}\n  user: {USER}\n"
-            f"  password: {PASSWORD}\ntarget:\n  path: {tmp_path / 'lake'}\n"
-            f"tables:\n  - name: t\n    source: d.t\n")
         process = subprocess.Popen([sys.executable, "-m", "cdc_sql.cli", "run",
-                                    str(tmp_path / "p.yaml")], stdout=subprocess.DEVNULL,
+                                    str(private_source(server, tmp_path))], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while not applied_offset(tmp_path / "lake"):

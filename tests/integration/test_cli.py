@@ -1,6 +1,5 @@
 """`plan`, `run` and `status` through the command line entry point."""
 import json
-import os
 
 import pytest
 

@@ -161,7 +161,7 @@ def test_model_sanity():
 def test_an_older_window_never_overwrites_a_newer_row(engine):
     """The offset guard: replaying an old window (e.g. a second, late run) keeps newer rows."""
     root = tempfile.mkdtemp(prefix="cdc-guard-")
-    initial, txns = {1: "s1", 2: "s2"}, [[("u", 1, 1, "old")], [("u", 1, 1, "new")]]
+    txns = [[("u", 1, 1, "old")], [("u", 1, 1, "new")]]  # over the snapshot {1: s1, 2: s2}
     bronze.ensure_snapshot_table(engine, root, TABLE)
     batch = pa.RecordBatch.from_arrays([pa.array([1, 2], pa.int32()), pa.array(["s1", "s2"])],
                                        names=["id", "v"])
