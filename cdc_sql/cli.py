@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="stop once silver has caught up with the source position seen at "
                           "start (for scheduled jobs)")
     _engine_options(run)
+    verify = command("verify", _verify, "compare silver with the source row by row; exit 0 when "
+                     "equal, 1 with the differing keys")
+    verify.add_argument("--tables", help="comma-separated silver table names (default: all)")
+    _engine_options(verify)
     status = command("status", _status, "show per-table phase, splits and offsets")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _engine_options(status)
@@ -130,6 +134,26 @@ def _run(args) -> int:
         engine.stop()
     log.info("run %s: %s", summary["run_id"], summary["outcome"])
     return 0
+
+
+def _verify(args) -> int:
+    from cdc_sql.verify import compare_table
+
+    pipeline = load_pipeline(args.pipeline)
+    names = args.tables.split(",") if args.tables else [t.name for t in pipeline.tables]
+    unknown = sorted(set(names) - {t.name for t in pipeline.tables})
+    if unknown:
+        raise CdcError(f"{args.pipeline}: no table named {', '.join(unknown)}")
+    engine = _engine(args, pipeline)
+    differing = 0
+    try:
+        for name in names:
+            diff = compare_table(engine, pipeline, pipeline.table(name))
+            print(f"{name}: {diff or 'equal to the source'}")
+            differing += bool(diff)
+    finally:
+        engine.stop()
+    return 1 if differing else 0
 
 
 def _status(args) -> int:

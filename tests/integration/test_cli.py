@@ -46,3 +46,17 @@ def test_a_second_engine_leaves_the_first_one_working(engine):
     assert other.spark is not engine.spark
     other.stop()
     assert engine.spark.range(3).count() == 3
+
+
+def test_verify_finds_a_change_the_binlog_never_carried(pipeline, mariadb, capsys):
+    assert main(["run", pipeline.file, "--until-caught-up"]) == 0
+    assert main(["verify", pipeline.file]) == 0
+    assert "big: equal to the source" in capsys.readouterr().out
+    database = pipeline.tables[0].source.split(".")[0]
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("SET sql_log_bin = 0")  # no binlog event carries this change
+        cur.execute("UPDATE o SET amount = 999999 WHERE id = 42")
+    assert main(["verify", pipeline.file, "--tables", "big"]) == 1
+    out = capsys.readouterr().out
+    assert "1 different (key id: (42,))" in out
+    assert main(["verify", pipeline.file, "--tables", "nope"]) == 1
