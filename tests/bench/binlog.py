@@ -33,7 +33,7 @@ def bare_parse(db: MariaDB, table: str, start: tuple) -> float:
 
 
 def run(db: MariaDB, rows: int) -> list[Result]:
-    table = create_table(db, rows)
+    table = create_table(db, rows, "binlog")
     work = workdir()
     pipeline = write_pipeline(db, table, work, chunk_size=100_000)
     run_cli(pipeline)  # the snapshot, so the measured run only captures

@@ -1,7 +1,6 @@
 """Benchmark plumbing: a private MariaDB, sample tables, child runs with their peak memory."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 from cdc_sql.devdb import PASSWORD, USER, MariaDB
 
-TABLE_DDL = ("CREATE TABLE bench.t{n} (id BIGINT PRIMARY KEY, a INT, b VARCHAR(40), "
+TABLE_DDL = ("CREATE TABLE bench.{name} (id BIGINT PRIMARY KEY, a INT, b VARCHAR(40), "
              "c DECIMAL(12,2), d DATETIME(6), e DOUBLE, f TIMESTAMP NULL)")
 
 
@@ -34,12 +33,13 @@ class Result:
         return self.rate / self.baseline_rate if self.baseline_rate else None
 
 
-def create_table(db: MariaDB, rows: int) -> str:
-    db.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE_DDL.format(n=rows),
-               f"INSERT INTO bench.t{rows} SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
+def create_table(db: MariaDB, rows: int, stage: str) -> str:
+    name = f"{stage}_{rows}"
+    db.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE_DDL.format(name=name),
+               f"INSERT INTO bench.{name} SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
                f"'2024-01-01' + INTERVAL seq SECOND, seq * 1.5, '2024-01-01' + INTERVAL seq MINUTE "
                f"FROM bench.seq_1_to_{rows}")
-    return f"t{rows}"
+    return name
 
 
 def write_pipeline(db: MariaDB, table: str, workdir: Path, startup: str = "initial",
@@ -85,11 +85,9 @@ def run_cli(pipeline: Path, *args: str) -> tuple[dict, float]:
 
 
 def last_run(lake: Path) -> dict:
-    from deltalake import DeltaTable
+    from tests.integration.helpers import state_log
 
-    rows = DeltaTable(str(lake / "_state" / "checkpoint")).to_pyarrow_table().to_pylist()
-    runs = [r for r in rows if r["kind"] == "run"]
-    return json.loads(max(runs, key=lambda r: r["seq"])["value"])
+    return [value for kind, _, value in state_log(lake) if kind == "run"][-1]
 
 
 def timed(fn) -> tuple[object, float]:

@@ -29,7 +29,7 @@ def pymysql_scan(db: MariaDB, table: str) -> float:
 
 
 def run(db: MariaDB, rows: int, parallelism: int = 2) -> list[Result]:
-    table = create_table(db, rows)
+    table = create_table(db, rows, "snapshot")
     server = server_stream(db, table)
     bare = pymysql_scan(db, table)
     work = workdir()

@@ -7,6 +7,21 @@ from cdc_sql.lake.silver import silver_path
 from cdc_sql.pipeline import Runner
 
 
+def state_log(root) -> list[tuple[str, str, dict]]:
+    """The checkpoint's entries (kind, name, value), oldest first, read with delta-rs: no Spark,
+    so it also works while another process runs the pipeline."""
+    import json
+
+    from deltalake import DeltaTable
+
+    try:
+        rows = DeltaTable(f"{root}/_state/checkpoint").to_pyarrow_table().to_pylist()
+    except Exception:  # noqa: BLE001 - not created yet
+        return []
+    return [(r["kind"], r["name"], json.loads(r["value"]))
+            for r in sorted(rows, key=lambda r: r["seq"])]
+
+
 def run(pipeline, engine) -> dict:
     return Runner(pipeline, engine).run(until_caught_up=True)
 

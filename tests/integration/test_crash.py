@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.integration.helpers import assert_silver_equals, run
+from tests.integration.helpers import assert_silver_equals, run, state_log
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -51,21 +51,9 @@ def test_sigkill_at_random_points_then_equal(mariadb, database, engine, make_pip
 
 
 def done_splits(root) -> dict[str, str]:
-    """Split name -> attempt of the splits state marks done, read with delta-rs (no Spark)."""
-    import json
-
-    from deltalake import DeltaTable
-
-    try:
-        rows = DeltaTable(f"{root}/_state/checkpoint").to_pyarrow_table().to_pylist()
-    except Exception:  # noqa: BLE001 - not created yet
-        return {}
-    done = {}
-    for row in sorted(rows, key=lambda r: r["seq"]):
-        value = json.loads(row["value"])
-        if row["kind"] == "split" and value.get("status") == "done":
-            done[row["name"]] = value["attempt"]
-    return done
+    """Split name -> attempt of the splits state marks done."""
+    return {name: value["attempt"] for kind, name, value in state_log(root)
+            if kind == "split" and value.get("status") == "done"}
 
 
 def test_sigkill_mid_snapshot_rereads_only_unfinished_splits(mariadb, database, engine,
@@ -102,16 +90,8 @@ def test_sigkill_mid_snapshot_rereads_only_unfinished_splits(mariadb, database, 
 
 
 def applied_offset(root) -> str:
-    import json
-
-    from deltalake import DeltaTable
-
-    try:
-        rows = DeltaTable(f"{root}/_state/checkpoint").to_pyarrow_table().to_pylist()
-    except Exception:  # noqa: BLE001 - not created yet
-        return ""
-    tables = [r for r in sorted(rows, key=lambda r: r["seq"]) if r["kind"] == "table"]
-    return json.loads(tables[-1]["value"])["applied"] if tables else ""
+    tables = [value for kind, _, value in state_log(root) if kind == "table"]
+    return tables[-1]["applied"] if tables else ""
 
 
 def test_follow_mode_applies_changes_then_sigterm_exits_0(mariadb, database, engine,
