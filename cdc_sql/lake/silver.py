@@ -66,6 +66,10 @@ def silver_path(root: str, name: str) -> str:
     return f"{root}/silver/{name}"
 
 
+def staging_path(root: str, name: str) -> str:
+    return f"{root}/_staging/{name}"
+
+
 def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
                 done_splits: dict[str, list[tuple[int, str, str]]] | None) -> None:
     """MERGE the window (after, upto] (and, on the first batch, the done splits) into silver."""
@@ -88,7 +92,13 @@ def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
     spark.sql(" UNION ALL ".join(f"SELECT * FROM {quote(p)}" for p in parts)) \
         .createOrReplaceTempView(view)
     changes = f"cdc_changes_{plan.spec.name}"
-    spark.sql(changes_sql(plan, view)).createOrReplaceTempView(changes)
+    # The last change per key lands in a staging Delta table first: a MERGE whose source is a
+    # query may evaluate it more than once (Sail 0.7 does: 4.3 s instead of 1.5 s for 200k
+    # changes). A crash after staging just stages again.
+    staging = staging_path(root, plan.spec.name)
+    spark.sql(changes_sql(plan, view)).write.format("delta").mode("overwrite") \
+        .option("overwriteSchema", "true").save(staging)
+    engine.read(staging).createOrReplaceTempView(changes)
     path = silver_path(root, plan.spec.name)
     if not engine.exists(path):
         engine.append(spark.table(changes).drop("_cdc_remove").limit(0), path)
@@ -149,8 +159,9 @@ def describe_sql(root: str, plan: SilverPlan) -> str:
                       snapshot_images_sql(root, source, f"{view}_{i}_splits")))
         steps.append((f"{view}_{i}_b: binlog changes of {source.qualified}",
                       binlog_images_sql(root, source)))
-    steps.append((f"cdc_changes_{plan.spec.name}: last change per key over {view} "
-                  f"(the union of the above)", changes_sql(plan, view)))
+    steps.append((f"cdc_changes_{plan.spec.name}: last change per key over {view} (the union "
+                  f"of the above), written to {staging_path(root, plan.spec.name)}",
+                  changes_sql(plan, view)))
     steps.append(("the MERGE", merge_sql(root, plan, f"cdc_changes_{plan.spec.name}")))
     return "\n".join(f"-- step {n}: {title}\n{sql.strip()}\n" for n, (title, sql)
                      in enumerate(steps, 1))

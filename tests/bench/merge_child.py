@@ -1,0 +1,28 @@
+"""Child process for the bare-MERGE baseline: one MERGE INTO of pre-deduplicated changes."""
+import json
+import sys
+import time
+
+from cdc_sql import engine as engines
+from cdc_sql.sql import quote
+
+
+def main(silver: str, changes: str, key: str) -> None:
+    engine = engines.start("sail")
+    try:
+        engine.read(changes).createOrReplaceTempView("bare_changes")
+        columns = [quote(c) for c in engine.read(silver).columns]
+        sql = (f"MERGE INTO {engine.table_ref(silver)} AS t USING bare_changes AS s "
+               f"ON t.{quote(key)} = s.{quote(key)} "
+               f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in columns)} "
+               f"WHEN NOT MATCHED THEN INSERT ({', '.join(columns)}) "
+               f"VALUES ({', '.join(f's.{c}' for c in columns)})")
+        started = time.perf_counter()
+        engine.spark.sql(sql).collect()
+        print(json.dumps({"seconds": time.perf_counter() - started}))
+    finally:
+        engine.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
