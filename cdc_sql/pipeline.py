@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze
-from cdc_sql.lake.silver import SilverPlan, merge_batch, plan_silver
+from cdc_sql.lake.silver import SilverPlan, merge_batch, plan_silver, silver_path
 from cdc_sql.lake.state import Checkpoint, State
 from cdc_sql.progress import Progress
 from cdc_sql.source import mysql, startup
@@ -352,7 +352,8 @@ class Runner:
         """True when this run captured all of (applied, now] and none of it touched the table:
         its applied offset then moves on without a MERGE."""
         return self.captured_from is not None and self.captured_from <= applied and \
-            not any(t.qualified in self.changed_tables for t in plan.sources)
+            not any(t.qualified in self.changed_tables for t in plan.sources) and \
+            self.engine.exists(silver_path(self.root, plan.spec.name))  # else create it
 
 
 def capture_offset(capture: dict) -> str:

@@ -71,3 +71,15 @@ def test_startup_keys_are_checked_offline(table, make_pipeline):
     with pytest.raises(ConfigError, match="is not a time"):
         make_pipeline(f"- name: o\n  source: {table}.o", startup="timestamp",
                       startup_timestamp="yesterday")
+
+
+def test_latest_creates_silver_for_a_table_without_changes(mariadb, table, engine,
+                                                           make_pipeline):
+    mariadb.execute("CREATE TABLE busy (id INT PRIMARY KEY)", db=table)
+    pipeline = make_pipeline(f"- name: o\n  source: {table}.o\n- name: busy\n  source: {table}.busy",
+                             startup="latest")
+    run(pipeline, engine)
+    mariadb.execute("INSERT INTO busy VALUES (1)", db=table)
+    run(pipeline, engine)
+    assert silver_ids(engine, pipeline, "busy") == [1]
+    assert silver_ids(engine, pipeline, "o") == []  # exists, and empty like the source
