@@ -231,19 +231,10 @@ class Runner:
                           reader=self.pipeline.source.snapshot_reader)
         read_at = dt.datetime.now(dt.timezone.utc)
         watermark = read.watermark.position
-        counted = [0]
-
-        def counting(batches):
-            for batch in batches:
-                counted[0] += batch.num_rows
-                progress.add_rows(batch.num_rows)
-                yield batch
-
         # A GTID watermark gets its offset from the binlog reader; until then rows carry none.
         offset = watermark.offset.text if read.watermark.resolved else ""
-        bronze.write_split(self.engine, self.root, table, counting(read.batches), split.split_id,
-                           attempt, offset, read_at)
-        rows = counted[0]
+        rows = bronze.write_split(self.engine, self.root, table, read.batches, split.split_id,
+                                  attempt, offset, read_at, on_batch=progress.add_rows)
         self.state.write(("split", split.name, {
             **split.to_json(), "status": "done", "attempt": attempt, "rows": rows,
             "watermark": offset or None, "watermark_position": str(watermark),

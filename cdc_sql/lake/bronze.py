@@ -43,18 +43,25 @@ def snapshot_schema(table: SourceTable) -> pa.Schema:
 
 
 def write_split(engine, root: str, table: SourceTable, batches: Iterable[pa.RecordBatch],
-                split_id: int, attempt: str, watermark: str, read_at: dt.datetime) -> None:
-    """Stream a split's rows into bronze, tagged with the split, attempt and watermark."""
+                split_id: int, attempt: str, watermark: str, read_at: dt.datetime,
+                on_batch=lambda rows: None) -> int:
+    """Stream a split's rows into bronze, tagged with the split, attempt and watermark;
+    `on_batch(rows)` follows progress. Returns the rows written."""
     schema = snapshot_schema(table)
     tags = [pa.scalar(split_id, pa.int32()), pa.scalar(attempt), pa.scalar(watermark),
             pa.scalar(read_at, pa.timestamp("us", tz="UTC"))]
+    written = 0
 
     def tagged() -> Iterator[pa.RecordBatch]:
+        nonlocal written
         for batch in batches:
             columns = [*batch.columns, *(pa.repeat(tag, batch.num_rows) for tag in tags)]
             yield pa.RecordBatch.from_arrays(columns, schema=schema)
+            written += batch.num_rows
+            on_batch(batch.num_rows)
 
     engine.append_arrow(snapshot_path(root, table), tagged(), schema)
+    return written
 
 
 def ensure_snapshot_table(engine, root: str, table: SourceTable) -> None:
