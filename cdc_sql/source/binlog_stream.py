@@ -2,8 +2,9 @@
 
 Parsing row events is the slowest step of capture (about 25k row changes/s on one core). In a
 child process it runs beside the decoding and writing that the parent does, so capture keeps
-pace with a bare parse. The child sends plain tuples, in chunks, through a pipe (whose
-buffer bounds how far it runs ahead):
+pace with a bare parse. The child sends plain tuples, in chunks, through a pipe; a thread of the
+parent drains the pipe into a bounded queue, so the child keeps parsing while the parent writes
+a bronze batch (the queue bounds how far it runs ahead):
     ("rotate", file, pos, ts, None)         a new binlog file begins
     ("gtid", file, end, ts, (gtid, mysql))  a transaction begins (mysql: a MySQL GTID)
     ("rows", file, end, ts, (op, schema, table, rows))   op: c, u or d; rows as the library gives
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import pickle
 import signal
+import queue
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Iterator
 
@@ -31,7 +34,9 @@ from pymysqlreplication.event import (GtidEvent, MariadbGtidEvent, QueryEvent, R
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 _OPS = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
-CHUNK = 256  # events per message from the child
+CHUNK_ROWS = 2_000  # a message from the child holds about this many row changes ...
+CHUNK_EVENTS = 256  # ... or this many events
+AHEAD = 32          # messages the parent buffers: about 64k row changes
 
 
 class StreamError(Exception):
@@ -121,13 +126,17 @@ def _child_main() -> None:
         out.flush()
 
     blocking = args[5]
+    rows = 0
     try:
         for event in raw_events(*args):
             chunk.append(event)
+            if event[0] == "rows":
+                rows += len(event[4][3])
             # A following reader waits on the stream: send each transaction as it ends.
-            if len(chunk) >= CHUNK or blocking and event[0] in ("xid", "query", "rotate"):
+            if rows >= CHUNK_ROWS or len(chunk) >= CHUNK_EVENTS or \
+                    blocking and event[0] in ("xid", "query", "rotate"):
                 send(chunk)
-                chunk = []
+                chunk, rows = [], 0
         send(chunk)
     except StreamError as exc:
         send([*chunk, ("error", exc.code, exc.message, 0, None)])
@@ -150,29 +159,57 @@ def raw_events_in_child(*args) -> Iterator[tuple]:
     errors = tempfile.TemporaryFile()  # not a pipe: a chatty child must never block on it
     child = subprocess.Popen([sys.executable, "-m", "cdc_sql.source.binlog_stream"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
+    messages: queue.Queue = queue.Queue(AHEAD)
+    closing = threading.Event()
+    drain = threading.Thread(target=_drain, args=(child.stdout, messages, closing),
+                             name="binlog-pipe", daemon=True)
     try:
         pickle.dump(args, child.stdin)
         child.stdin.close()
+        drain.start()
         while True:
-            header = child.stdout.read(_LENGTH.size)
-            if len(header) < _LENGTH.size:
+            data = messages.get()
+            if data is None:
                 child.wait()
                 errors.seek(0)
                 detail = errors.read().decode(errors="replace").strip().splitlines()
                 raise StreamError(None, f"the binlog parser exited ({child.returncode}): "
                                         f"{detail[-1] if detail else 'no message'}")
-            for event in pickle.loads(child.stdout.read(_LENGTH.unpack(header)[0])):
+            for event in pickle.loads(data):
                 if event[0] == "error":
                     raise StreamError(event[1], event[2])
                 yield event
                 if event[0] == "end":
                     return
     finally:
+        closing.set()
         if child.poll() is None:
             child.kill()
         child.wait()
+        if drain.ident:
+            drain.join(timeout=5)
         child.stdout.close()
         errors.close()
+
+
+def _drain(pipe, messages: queue.Queue, closing: threading.Event) -> None:
+    """Move whole messages from the child's pipe to the queue (reads release the GIL);
+    None marks the end of the pipe."""
+    while not closing.is_set():
+        data = None
+        header = pipe.read(_LENGTH.size)
+        if len(header) == _LENGTH.size:
+            size = _LENGTH.unpack(header)[0]
+            data = pipe.read(size)
+            data = data if len(data) == size else None  # the child died mid-message
+        while not closing.is_set():
+            try:
+                messages.put(data, timeout=0.2)
+                break
+            except queue.Full:
+                continue
+        if data is None:
+            return
 
 
 if __name__ == "__main__":
