@@ -137,7 +137,8 @@ def _run(args) -> int:
 
 
 def _verify(args) -> int:
-    from cdc_sql.verify import compare_table
+    from cdc_sql.lake.state import State
+    from cdc_sql.verify import verify_table
 
     pipeline = load_pipeline(args.pipeline)
     names = args.tables.split(",") if args.tables else [t.name for t in pipeline.tables]
@@ -147,10 +148,11 @@ def _verify(args) -> int:
     engine = _engine(args, pipeline)
     differing = 0
     try:
+        checkpoint = State(engine, str(pipeline.root)).load()
         for name in names:
-            diff = compare_table(engine, pipeline, pipeline.table(name))
-            print(f"{name}: {diff or 'equal to the source'}")
-            differing += bool(diff)
+            report = verify_table(engine, pipeline, pipeline.table(name), checkpoint)
+            print(f"{name}: {report.summary()}")
+            differing += not report.equal
     finally:
         engine.stop()
     return 1 if differing else 0

@@ -1,0 +1,160 @@
+"""Checksums of projected rows, computed the same way in MySQL SQL and in Spark SQL (verify.py).
+
+Each value becomes a canonical text that both databases print alike ('v' + text, or 'n' for
+NULL): integers and decimals as digits at the column's scale, dates and DATETIMEs formatted to the
+microsecond, TIMESTAMPs as epoch microseconds (no time zone involved), binary as hex, strings as
+they are (MySQL converts them to utf8mb4 first, as Spark holds them). A row's hash is the first
+60 bits of the MD5 of its texts joined by '|'; a bucket's checksum is the row count and the sum of
+those hashes, so row order never matters. FLOAT and DOUBLE print differently on every engine, so
+they are compared as a per-bucket count and sum, within a relative 1e-9.
+
+Buckets are the pipeline's snapshot splits when the key is one integer column, else
+CRC32(key text) modulo a bucket count (string order differs between MySQL collations and Spark).
+Identifiers are quoted through sqlglot; values (split bounds) are bound as parameters on the Spark
+side and escaped by the MySQL driver on the MySQL side.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sqlglot import exp
+
+from cdc_sql.source.schema import Column
+from cdc_sql.sql import quote as spark_quote
+
+FLOATS = ("float", "double")
+_INTEGER_SOURCES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
+
+
+@dataclass(frozen=True)
+class Output:
+    """One silver column: its name, its Spark type (simpleString), its source column if bare."""
+
+    name: str
+    spark_type: str
+    source: Column | None = None
+
+    @property
+    def is_float(self) -> bool:
+        return self.spark_type in FLOATS
+
+
+def mysql_quote(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(dialect="mysql")
+
+
+def _mysql_text(o: Output) -> str:
+    c, t = mysql_quote(o.name), o.spark_type
+    data_type = o.source.data_type if o.source else ""
+    if data_type == "bit":
+        return f"CAST({c} AS UNSIGNED)" if t == "bigint" else f"LPAD(HEX({c}), 16, '0')"
+    if t.startswith("decimal"):
+        return f"CAST({c} AS {t.upper()})"
+    if t == "date":
+        return f"IF(MONTH({c}) = 0 OR DAY({c}) = 0, NULL, DATE_FORMAT({c}, '%Y-%m-%d'))"
+    if t == "timestamp_ntz":
+        return (f"IF(MONTH({c}) = 0 OR DAY({c}) = 0, NULL, "
+                f"DATE_FORMAT({c}, '%Y-%m-%d %H:%i:%s.%f'))")
+    if t == "timestamp":
+        return f"IF(UNIX_TIMESTAMP({c}) = 0, NULL, CAST(UNIX_TIMESTAMP({c}) * 1000000 AS SIGNED))"
+    if t == "binary":
+        return f"HEX({c})"
+    return c
+
+
+def _spark_text(o: Output) -> str:
+    c, t = spark_quote(o.name), o.spark_type
+    if t == "date":
+        return f"date_format({c}, 'yyyy-MM-dd')"
+    if t == "timestamp_ntz":
+        return f"date_format({c}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
+    if t == "timestamp":
+        return f"CAST(unix_micros({c}) AS STRING)"
+    if t == "binary":
+        return f"hex({c})"
+    if t == "boolean":  # a computed condition: MySQL gives 1 or 0
+        return f"CAST(CAST({c} AS INT) AS STRING)"
+    return c if t == "string" else f"CAST({c} AS STRING)"
+
+
+def _joined(outputs: list[Output], text: Callable[[Output], str]) -> str:
+    parts = [f"COALESCE(CONCAT('v', {text(o)}), 'n')" for o in outputs if not o.is_float]
+    return f"CONCAT_WS('|', {', '.join(parts) or repr('')})"
+
+
+def _hash(joined: str, mysql: bool) -> str:
+    data = f"CONVERT({joined} USING utf8mb4)" if mysql else joined
+    return f"CAST(CONV(SUBSTR(MD5({data}), 1, 15), 16, 10) AS DECIMAL(38,0))"
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """How rows are grouped: split ranges of one integer key, or key-hash buckets."""
+
+    key: tuple[Output, ...]
+    bounds: tuple = ()          # the upper bound of every split but the last, in order
+    count: int = 1              # hash buckets (when there are no bounds)
+    label: str = field(default="bucket")
+
+    @classmethod
+    def choose(cls, key: list[Output], splits: list[dict], estimated_rows: int,
+               rows_per_bucket: int) -> "Buckets":
+        source = key[0].source if len(key) == 1 else None
+        if source is not None and source.data_type in _INTEGER_SOURCES and len(splits) > 1:
+            ordered = sorted(splits, key=lambda s: s["split_id"])
+            return cls(tuple(key), tuple(s["upper"][0] for s in ordered[:-1]), label="split")
+        return cls(tuple(key), count=max(1, -(-estimated_rows // rows_per_bucket)))
+
+    @property
+    def total(self) -> int:
+        return len(self.bounds) + 1 if self.bounds else self.count
+
+    def mysql(self, escape: Callable) -> str:
+        if self.bounds:
+            c = mysql_quote(self.key[0].name)
+            cases = " ".join(f"WHEN {c} < {escape(b)} THEN {i}" for i, b in enumerate(self.bounds))
+            return f"CASE {cases} ELSE {len(self.bounds)} END"
+        return f"MOD(CRC32(CONVERT({_joined(list(self.key), _mysql_text)} USING utf8mb4)), " \
+               f"{self.count})"
+
+    def spark(self) -> tuple[str, dict]:
+        if self.bounds:
+            c = spark_quote(self.key[0].name)
+            cases = " ".join(f"WHEN {c} < :bound{i} THEN {i}" for i in range(len(self.bounds)))
+            return (f"CASE {cases} ELSE {len(self.bounds)} END",
+                    {f"bound{i}": b for i, b in enumerate(self.bounds)})
+        return f"pmod(crc32({_joined(list(self.key), _spark_text)}), {self.count})", {}
+
+
+def mysql_summary(rows_sql: str, outputs: list[Output], buckets: Buckets, escape) -> str:
+    """Per bucket: bucket, rows, hash sum, then count/sum/sum(abs) of every float column."""
+    floats = [mysql_quote(o.name) for o in outputs if o.is_float]
+    stats = "".join(f", COUNT({c}), SUM({c}), SUM(ABS({c}))" for c in floats)
+    return (f"SELECT {buckets.mysql(escape)} AS cdc_bucket, COUNT(*), "
+            f"SUM({_hash(_joined(outputs, _mysql_text), True)}){stats} "
+            f"FROM ({rows_sql}) AS cdc_rows GROUP BY cdc_bucket")
+
+
+def spark_summary(rows_sql: str, outputs: list[Output], buckets: Buckets) -> tuple[str, dict]:
+    floats = [spark_quote(o.name) for o in outputs if o.is_float]
+    stats = "".join(f", COUNT({c}), SUM(CAST({c} AS DOUBLE)), SUM(ABS(CAST({c} AS DOUBLE)))"
+                    for c in floats)
+    bucket, args = buckets.spark()
+    return (f"SELECT {bucket} AS cdc_bucket, COUNT(*), "
+            f"SUM({_hash(_joined(outputs, _spark_text), False)}){stats} "
+            f"FROM ({rows_sql}) AS cdc_rows GROUP BY {bucket}", args)
+
+
+def same(source: tuple, silver: tuple) -> bool:
+    """Two summaries (without the bucket) agree: counts and hashes exactly, float sums nearly."""
+    if source[:2] != silver[:2]:
+        return False
+    for i in range(2, len(source), 3):
+        count_a, sum_a, scale_a = source[i:i + 3]
+        count_b, sum_b, _ = silver[i:i + 3]
+        if count_a != count_b:
+            return False
+        if count_a and abs(float(sum_a) - float(sum_b)) > 1e-9 * max(float(scale_a), 1e-300):
+            return False
+    return True
