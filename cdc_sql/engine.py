@@ -17,6 +17,7 @@ from typing import Iterable
 import pyarrow as pa
 
 from cdc_sql.errors import CdcError
+from cdc_sql.sql import quote
 
 log = logging.getLogger(__name__)
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
@@ -80,7 +81,8 @@ class Engine:
         if self._delta_rs(path):
             from deltalake import write_deltalake
 
-            write_deltalake(str(path), schema.empty_table(), mode="append")
+            write_deltalake(str(path), schema.empty_table(), mode="append",
+                            configuration=_stats_configuration(schema))
         else:
             self.append(self.spark.createDataFrame([], _spark_schema(schema)), path)
 
@@ -107,6 +109,17 @@ class Engine:
             if self._server is not None:
                 self._server.stop()
                 self._server = None
+
+
+def _stats_configuration(schema: pa.Schema) -> dict | None:
+    """Keep decimals wider than 64 bits out of file statistics: delta-rs 1.6 writes their
+    min/max clamped to 2^63-1, which breaks data skipping, and Sail 0.7 then even reads a
+    column whose min equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1)."""
+    wide = {f.name for f in schema if pa.types.is_decimal(f.type) and f.type.precision > 18}
+    if not wide:
+        return None
+    kept = ",".join(quote(f.name) for f in schema if f.name not in wide)
+    return {"delta.dataSkippingStatsColumns": kept}
 
 
 def _spark_schema(schema: pa.Schema):

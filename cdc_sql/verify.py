@@ -57,6 +57,10 @@ class TableReport:
 def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableReport:
     """Checksums per bucket on both sides; row-by-row diffs only for differing buckets."""
     report = TableReport(table.name)
+    if not engine.exists(silver_path(str(pipeline.root), table.name)):
+        report.differing.append("silver")
+        report.details.append("there is no silver table yet: run the pipeline first")
+        return report
     silver = engine.read(silver_path(str(pipeline.root), table.name))
     types = {f.name: f.dataType.simpleString() for f in silver.schema.fields}
     with mysql.cursor(pipeline.source) as cur:
@@ -165,8 +169,8 @@ def _source_query(table: Table, source, names: list[str]) -> tuple[str, list]:
 
 
 def _canon(value, is_float: bool):
-    if isinstance(value, decimal.Decimal):
-        return format(value.normalize(), "f")
+    if isinstance(value, decimal.Decimal):  # BIGINT UNSIGNED: int from MySQL, DECIMAL in silver
+        return int(value) if value == value.to_integral_value() else format(value.normalize(), "f")
     if isinstance(value, float) and is_float:
         return struct.unpack("f", struct.pack("f", value))[0]
     if isinstance(value, dt.datetime) and value.tzinfo is not None:

@@ -16,6 +16,7 @@ This module imports only what the child needs, so the child starts fast.
 """
 from __future__ import annotations
 
+import datetime as dt
 import pickle
 import signal
 import queue
@@ -31,7 +32,8 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent,
                                       XidEvent)
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, UpdateRowsEvent,
+                                          WriteRowsEvent)
 
 _OPS = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
 CHUNK_ROWS = 2_000  # a message from the child holds about this many row changes ...
@@ -45,6 +47,31 @@ class StreamError(Exception):
     def __init__(self, code, message: str):
         super().__init__(code, message)
         self.code, self.message = code, message
+
+
+def _read_time2(event, column) -> dt.timedelta:
+    """TIME(fsp) from a row event, as MySQL's my_time_packed_from_binary reads it.
+
+    python-mysql-replication 1.0 reads the fraction as a signed byte and misses the borrow that
+    negative values with a fraction carry, so '-838:59:59.99' came out as '-838:59:59.01'.
+    """
+    fsp = column.fsp or 0
+    data = int.from_bytes(event.packet.read(3 + (fsp + 1) // 2), "big")
+    if fsp >= 5:
+        packed = data - 0x800000000000
+    else:
+        frac_bits = 8 * ((fsp + 1) // 2)
+        intpart, frac = (data >> frac_bits) - 0x800000, data & ((1 << frac_bits) - 1)
+        if intpart < 0 and frac:
+            intpart, frac = intpart + 1, frac - (1 << frac_bits)
+        packed = (intpart << 24) + frac * (10_000 if fsp <= 2 else 100)
+    hms, micros = divmod(abs(packed), 1 << 24)
+    value = dt.timedelta(hours=(hms >> 12) % 1024, minutes=(hms >> 6) % 64, seconds=hms % 64,
+                         microseconds=micros)
+    return -value if packed < 0 else value
+
+
+RowsEvent._RowsEvent__read_time2 = _read_time2  # the library's own method name (mangled)
 
 
 def bounded_connect(attempts: int, backoff: float):
