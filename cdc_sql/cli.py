@@ -17,8 +17,11 @@ log = logging.getLogger("cdc_sql")
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if args.log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+                        handlers=[handler], force=True)
     for noisy in ("py4j", "pymysqlreplication", "grpc"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     try:
@@ -30,10 +33,23 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+class JsonFormatter(logging.Formatter):
+    """Structured logs: time, level, logger, message (and the error, when there is one)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+                 "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-sql", description="MySQL change data capture into "
                                      "exactly-once Delta Lake tables on Spark")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="json: one JSON object per log line (for log collectors)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
@@ -159,6 +175,7 @@ def _verify(args) -> int:
 
 
 def _status(args) -> int:
+    from cdc_sql import status
     from cdc_sql.lake.state import State
 
     pipeline = load_pipeline(args.pipeline)
@@ -167,32 +184,9 @@ def _status(args) -> int:
         checkpoint = State(engine, str(pipeline.root)).load()
     finally:
         engine.stop()
-    capture = checkpoint.get("capture", "binlog") or {}
-    report = {"pipeline": pipeline.name, "capture_position": capture.get("position"),
-              "last_run": checkpoint.get("run", "last"), "tables": []}
-    for spec in pipeline.tables:
-        splits = [s for name, s in checkpoint.of_kind("split").items()
-                  if spec.matches(*s["source_table"].split(".", 1))]
-        table = checkpoint.get("table", spec.name) or {}
-        report["tables"].append({
-            "name": spec.name,
-            "phase": "binlog" if table.get("snapshot_merged") else "snapshot",
-            "splits_done": sum(s["status"] == "done" for s in splits),
-            "splits_total": len(splits),
-            "applied_offset": table.get("applied"),
-        })
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    print(f"pipeline {pipeline.name}: binlog captured to {report['capture_position'] or '-'}")
-    print(f"{'table':<24} {'phase':<9} {'splits':>9}  applied offset")
-    for t in report["tables"]:
-        print(f"{t['name']:<24} {t['phase']:<9} {t['splits_done']:>4}/{t['splits_total']:<4}  "
-              f"{t['applied_offset'] or '-'}")
-    last = report["last_run"]
-    if last:
-        print(f"last run {last['run_id']} at {last['started_at']}: {last['outcome']} "
-              f"({last['seconds']}s)")
+    end, logs = status.source_binlog(pipeline)
+    report = status.report(pipeline, checkpoint, end, logs)
+    print(json.dumps(report, indent=2) if args.json else status.render(report))
     return 0
 
 

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from cdc_sql import metrics
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze
@@ -47,6 +48,7 @@ class SourceView:
     end: Position                       # the binlog end when the run started
     first_binlog: Position
     warnings: list[str] = field(default_factory=list)
+    end_seen_at: str = field(default_factory=lambda: _now())  # when `end` was read
 
     @property
     def source_tables(self) -> list[SourceTable]:
@@ -136,6 +138,7 @@ class Runner:
         # What this run's capture saw, so idle tables advance without a MERGE (heartbeat)
         self.captured_from: str | None = None
         self.changed_tables: set[str] = set()
+        self.batches: list[dict] = []  # every bronze and silver commit: rows, seconds (metrics)
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, until_caught_up: bool = True, poll_seconds: float = 1.0) -> dict:
@@ -164,16 +167,23 @@ class Runner:
                 view = self._refresh_end(view)
             summary["outcome"] = "stopped" if self.stop.is_set() else "ok"
             return summary
+        except Exception as exc:
+            summary["error"] = str(exc)
+            raise
         finally:
             summary["seconds"] = round(time.monotonic() - started, 3)
+            summary["batches"] = self.batches[-metrics.MAX_BATCHES:]
             try:
-                self.state.write(("run", "last", summary))
+                self.state.write(("run", "last", {k: v for k, v in summary.items()
+                                                  if k != "batches"}))
+                metrics.write_run(self.pipeline, summary, self.state.load())
             except Exception:  # noqa: BLE001 - never hide the run's own error
                 log.exception("could not record the run outcome")
 
     def _refresh_end(self, view: SourceView) -> SourceView:
         with mysql.cursor(self.pipeline.source) as cur:
             view.end, _ = binary_log_status(cur)
+        view.end_seen_at = _now()
         return view
 
     # -- phase 1: where capture starts --------------------------------------------------------
@@ -256,7 +266,7 @@ class Runner:
             self.captured_from = start.offset.text
         if start.offset >= stop_at.offset:
             if not saved or Position.parse(saved["position"]) != start:
-                self._flush([], start)
+                self._flush([], start, view.end_seen_at)
             return 0
         pending = {name: s for name, s in checkpoint.of_kind("split").items()
                    if s.get("status") == "done" and not s.get("watermark")}
@@ -276,26 +286,35 @@ class Runner:
                 size += txn.size
                 if len(changes) >= source.binlog_batch_rows or size >= source.binlog_batch_bytes \
                         or time.monotonic() - last_flush >= source.binlog_batch_seconds:
-                    total += self._flush(changes, reader.position, pending, marks)
+                    total += self._flush(changes, reader.position, reader.source_time, pending,
+                                         marks)
                     changes, size, last_flush = [], 0, time.monotonic()
                 if self.stop.is_set():
                     break
-            total += self._flush(changes, reader.position, pending, marks)
+            caught_up = reader.position.offset >= stop_at.offset
+            total += self._flush(changes, reader.position,
+                                 view.end_seen_at if caught_up else reader.source_time,
+                                 pending, marks)
         finally:
             reader.close()
         log.info("binlog: %d changes captured, now at %s", total, reader.position)
         return total
 
-    def _flush(self, changes: list[dict], position: Position, pending: dict | None = None,
-               marks: GtidWatermarks | None = None) -> int:
-        """Bronze first, then state: capture position and GTID watermarks resolved so far."""
+    def _flush(self, changes: list[dict], position: Position, source_time: str | None,
+               pending: dict | None = None, marks: GtidWatermarks | None = None) -> int:
+        """Bronze first, then state: capture position and GTID watermarks resolved so far.
+        `source_time`: when the source was last known to be at `position` (for lag)."""
+        started = time.monotonic()
         bronze.append_changes(self.engine, self.root, changes)
         resolved = [("split", name, {**pending[name], "watermark": found.offset.text})
                     for name, found in (marks.resolved.items() if marks else ())
                     if pending and not pending[name].get("watermark")]
         for _, name, value in resolved:
             pending[name] = value
-        self.state.write(("capture", "binlog", {"position": str(position)}), *resolved)
+        self.state.write(("capture", "binlog", {"position": str(position),
+                                                "source_time": source_time}), *resolved)
+        self.batches.append({"phase": "capture", "rows": len(changes),
+                             "seconds": round(time.monotonic() - started, 3)})
         return len(changes)
 
     def _lowest_watermark(self, checkpoint: Checkpoint) -> Position | None:
@@ -309,6 +328,7 @@ class Runner:
         snapshot_only = self.pipeline.source.startup == "snapshot-only"
         merged = []
         for plan in view.plans:
+            started = time.monotonic()
             table_state = checkpoint.get("table", plan.spec.name)
             if table_state and table_state.get("snapshot_merged"):
                 if not capture or capture_offset(capture) <= table_state["applied"]:
@@ -333,7 +353,12 @@ class Runner:
                     done.setdefault(s["source_table"], []).append(
                         (s["split_id"], s["attempt"], s["watermark"]))
                 merge_batch(self.engine, self.root, plan, "", upto, done)
-            self.state.write(("table", plan.spec.name, {"applied": upto, "snapshot_merged": True}))
+            source_time = capture.get("source_time") if capture and upto == capture_offset(
+                capture) else None
+            self.state.write(("table", plan.spec.name, {"applied": upto, "snapshot_merged": True,
+                                                        "source_time": source_time}))
+            self.batches.append({"phase": "merge", "table": plan.spec.name,
+                                 "seconds": round(time.monotonic() - started, 3)})
             merged.append(plan.spec.name)
             log.info("silver %s: merged up to %s", plan.spec.name, upto)
         return merged

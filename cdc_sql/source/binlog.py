@@ -55,6 +55,7 @@ class BinlogReader:
         self.events = read(stream_settings(source), source.server_id, start.file, start.pos,
                            sorted(self.schemas), blocking, connect_attempts)
         self.position = start  # the last transaction boundary read
+        self.source_time: str | None = None  # commit time of the transaction ending there
         self.gtid_marks = gtid_marks or GtidWatermarks({})
 
     def close(self) -> None:
@@ -82,12 +83,12 @@ class BinlogReader:
                 elif kind == "rows":
                     self._add_rows(current, *payload, file, end_pos, ts)
                 elif kind == "xid" or (kind == "query" and payload[1].strip().upper() == "COMMIT"):
-                    yield self._finish(current, end)
+                    yield self._finish(current, end, ts)
                     current = Transaction()
                 elif kind == "query" and payload[1].strip().upper() != "BEGIN":
                     if payload[0] in self.schemas:  # DDL commits by itself
                         current.changes.append(self._ddl(payload, file, end_pos, ts))
-                    yield self._finish(current, end)
+                    yield self._finish(current, end, ts)
                     current = Transaction()
                 previous_end = end
                 if self.stop_at and self.position.offset >= self.stop_at.offset and \
@@ -97,9 +98,10 @@ class BinlogReader:
         except StreamError as exc:
             raise _explain_stream_error(exc.code, exc.message, self.start) from None
 
-    def _finish(self, txn: Transaction, end: Position) -> Transaction:
+    def _finish(self, txn: Transaction, end: Position, timestamp: int) -> Transaction:
         txn.end = end
         self.position = end
+        self.source_time = dt.datetime.fromtimestamp(timestamp, _UTC).isoformat()
         return txn
 
     def _add_rows(self, txn: Transaction, op: str, schema: str, table_name: str, rows,

@@ -26,7 +26,7 @@ def test_plan_shows_splits_and_sql(pipeline, capsys):
     assert "COALESCE(`amount` > 10, FALSE)" in out
 
 
-def test_run_then_status_json(pipeline, capsys):
+def test_run_then_status_json_and_metrics(pipeline, mariadb, capsys):
     assert main(["run", pipeline.file, "--until-caught-up"]) == 0
     capsys.readouterr()
     assert main(["status", pipeline.file, "--json"]) == 0
@@ -35,8 +35,24 @@ def test_run_then_status_json(pipeline, capsys):
     assert table["name"] == "big" and table["phase"] == "binlog"
     assert table["splits_done"] == table["splits_total"] == 3
     assert table["applied_offset"] and report["last_run"]["outcome"] == "ok"
+    assert table["lag_bytes"] == 0 and table["lag_seconds"] == 0 and table["snapshot_rows"] == 2500
     assert main(["status", pipeline.file]) == 0
     assert "big" in capsys.readouterr().out
+    # the metrics of that run: JSON and Prometheus text, no secret anywhere
+    metrics = pipeline.root / "_metrics"
+    (run_file,) = metrics.glob("run-*.json")
+    document = json.loads(run_file.read_text())
+    assert document["outcome"] == "ok" and document["tables"][0]["lag_bytes"] == 0
+    assert [b["phase"] for b in document["batches"]].count("merge") == 1
+    prom = (metrics / "cdc_sql.prom").read_text()
+    assert 'cdc_sql_lag_bytes{pipeline="test",table="big"} 0' in prom
+    assert "cdc-secret" not in run_file.read_text() + prom
+    # the source moves on, silver does not (no run): lag shows in bytes and seconds
+    database = pipeline.tables[0].source.split(".")[0]
+    mariadb.execute("UPDATE o SET amount = amount + 1 WHERE id <= 100", db=database)
+    assert main(["status", pipeline.file, "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)["tables"][0]
+    assert table["lag_bytes"] > 0 and table["lag_seconds"] >= 0
 
 
 def test_a_second_engine_leaves_the_first_one_working(engine):
@@ -60,3 +76,19 @@ def test_verify_finds_a_change_the_binlog_never_carried(pipeline, mariadb, capsy
     out = capsys.readouterr().out
     assert "1 different (key id: (42,))" in out
     assert main(["verify", pipeline.file, "--tables", "nope"]) == 1
+
+
+def test_json_logs_carry_no_secret(pipeline):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
+    done = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "-v", "--log-format", "json", "run",
+                           pipeline.file, "--until-caught-up"], env=env, capture_output=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    ours = [json.loads(line) for line in done.stderr.decode().splitlines() if line.startswith("{")]
+    assert any(e["message"].startswith("run ") and e["message"].endswith(": ok") for e in ours)
+    assert {"time", "level", "logger", "message"} <= set(ours[0])
+    assert "cdc-secret" not in done.stderr.decode() + done.stdout.decode()

@@ -27,11 +27,11 @@ def test_flush_commits_resolved_watermarks_with_the_position():
     marks = GtidWatermarks({n: GtidSet.parse(s["watermark_gtid"]) for n, s in pending.items()})
     for n in range(1, 6):
         marks.observe(f"{U}:{n}", Position("binlog.000004", 100 * n))
-    runner._flush([], Position("binlog.000004", 777), pending, marks)
+    runner._flush([], Position("binlog.000004", 777), None, pending, marks)
     (entries,) = runner.state.writes
-    assert entries[0] == ("capture", "binlog", {"position": "binlog.000004:777"})
+    assert entries[0] == ("capture", "binlog", {"position": "binlog.000004:777", "source_time": None})
     assert entries[1] == ("split", "d.t#0", {**pending["d.t#0"],
                                              "watermark": Position("binlog.000004", 400).offset.text})
     assert len(entries) == 2  # d.t#1 is not resolved yet: all five transactions are in its set
-    runner._flush([], Position("binlog.000004", 800), pending, marks)
+    runner._flush([], Position("binlog.000004", 800), None, pending, marks)
     assert len(runner.state.writes[1]) == 1  # nothing resolved twice
