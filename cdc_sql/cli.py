@@ -10,6 +10,7 @@ import threading
 
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError
+from cdc_sql.lock import target_lock
 
 log = logging.getLogger("cdc_sql")
 
@@ -72,6 +73,14 @@ def _parser() -> argparse.ArgumentParser:
                      "equal, 1 with the differing keys")
     verify.add_argument("--tables", help="comma-separated silver table names (default: all)")
     _engine_options(verify)
+    maintain = command("maintain", _maintain, "prune bronze that every silver table has applied, "
+                       "compact and vacuum bronze, silver and state")
+    maintain.add_argument("--retention-hours", type=float,
+                          help="override target.retention_hours (0: prune and vacuum all it can)")
+    _engine_options(maintain)
+    schema = commands.add_parser("schema", help="print the JSON Schema of pipeline YAML",
+                                 description="print the JSON Schema of pipeline YAML")
+    schema.set_defaults(handler=_schema)
     status = command("status", _status, "show per-table phase, splits and offsets")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _engine_options(status)
@@ -143,11 +152,12 @@ def _run(args) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    engine = _engine(args, pipeline)
-    try:
-        summary = Runner(pipeline, engine, stop).run(until_caught_up=args.until_caught_up)
-    finally:
-        engine.stop()
+    with target_lock(str(pipeline.root), "run"):
+        engine = _engine(args, pipeline)
+        try:
+            summary = Runner(pipeline, engine, stop).run(until_caught_up=args.until_caught_up)
+        finally:
+            engine.stop()
     log.info("run %s: %s", summary["run_id"], summary["outcome"])
     return 0
 
@@ -172,6 +182,32 @@ def _verify(args) -> int:
     finally:
         engine.stop()
     return 1 if differing else 0
+
+
+def _maintain(args) -> int:
+    from cdc_sql.maintain import maintain
+
+    pipeline = load_pipeline(args.pipeline)
+    with target_lock(str(pipeline.root), "maintain"):
+        engine = _engine(args, pipeline)
+        try:
+            report = maintain(engine, pipeline, args.retention_hours)
+        finally:
+            engine.stop()
+    for path, rows in report["pruned"].items():
+        print(f"pruned {rows:,} rows from {path}")
+    for path, files in report["files"].items():
+        print(f"compacted and vacuumed {path}" + (f": {files}" if files else ""))
+    for reason in report["skipped"]:
+        print(f"skipped: {reason}", file=sys.stderr)
+    return 0
+
+
+def _schema(args) -> int:
+    from cdc_sql.config.json_schema import schema_text
+
+    sys.stdout.write(schema_text())
+    return 0
 
 
 def _status(args) -> int:

@@ -17,7 +17,7 @@ from typing import Iterable
 import pyarrow as pa
 
 from cdc_sql.errors import CdcError
-from cdc_sql.sql import quote
+from cdc_sql.sql import quote, string_literal
 
 log = logging.getLogger(__name__)
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
@@ -99,6 +99,73 @@ class Engine:
             for start in range(0, batch.num_rows, rows):
                 table = pa.Table.from_batches([batch.slice(start, rows)])
                 self.append(self.spark.createDataFrame(table, _spark_schema(schema)), path)
+
+    def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
+        """Replace a small table's rows in one commit."""
+        if self._delta_rs(path):
+            from deltalake import write_deltalake
+
+            write_deltalake(str(path), table, mode="overwrite", writer_properties=_writer_properties())
+            return
+        self.spark.createDataFrame(table, _spark_schema(schema)).write.format("delta") \
+            .mode("overwrite").save(str(path))
+
+    # -- what Sail lacks, done through delta-rs where the table is on our file system ---------
+    def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None:
+        """(version, operation, version restored to or '') of the table's commits after
+        `after_version`; None when this engine cannot tell (Sail 0.7 has no DESCRIBE HISTORY
+        and the table is not on our file system)."""
+        if "://" not in str(path):
+            from deltalake import DeltaTable
+
+            table = DeltaTable(str(path))
+            count = table.version() - after_version
+            commits = table.history(count) if count > 0 else []
+            rows = [(c["version"], c.get("operation"), c.get("operationParameters")) for c in commits]
+        elif self.mode == "sail":
+            return None
+        else:
+            rows = [(r["version"], r["operation"], r["operationParameters"]) for r in
+                    self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)}").collect()]
+        return sorted((int(v), str(op), str((params or {}).get("version", "")))
+                      for v, op, params in rows if int(v) > after_version)
+
+    def version(self, path: str) -> int | None:
+        if "://" not in str(path):
+            from deltalake import DeltaTable
+
+            return DeltaTable(str(path)).version()
+        if self.mode == "sail":
+            return None
+        return int(self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)} LIMIT 1").collect()[0][0])
+
+    def compact_and_vacuum(self, path: str, retention_hours: float) -> dict:
+        """Rewrite small files into large ones, then delete files no version within the
+        retention still needs: OPTIMIZE/VACUUM on Spark, delta-rs otherwise."""
+        if self.mode != "sail" or "://" in str(path):
+            ref = table_ref(path)
+            self.spark.sql(f"OPTIMIZE {ref}").collect()
+            self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
+            return {}
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(path))
+        compacted = table.optimize.compact()
+        removed = table.vacuum(retention_hours=int(retention_hours), dry_run=False,
+                               enforce_retention_duration=False)
+        return {"files_added": compacted.get("numFilesAdded", 0),
+                "files_removed": compacted.get("numFilesRemoved", 0),
+                "files_vacuumed": len(removed)}
+
+    def register(self, catalog: str, schema: str, name: str, path: str) -> str:
+        """Make a Delta table reachable by name; returns the name. Sail's catalog lives in its
+        session only and has no other catalogs: there, `catalog` is left out."""
+        parts = [schema] if self.mode == "sail" or not catalog else [catalog, schema]
+        namespace = ".".join(quote(p) for p in parts)
+        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {namespace}").collect()
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {namespace}.{quote(name)} USING DELTA "
+                       f"LOCATION {string_literal(str(path))}").collect()
+        return ".".join([*parts, name])
 
     def stop(self) -> None:
         """Stop what this engine started; an `active` session belongs to its host (Databricks)."""

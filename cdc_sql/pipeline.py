@@ -23,7 +23,8 @@ from cdc_sql import metrics
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze
-from cdc_sql.lake.silver import SilverPlan, merge_batch, plan_silver, silver_path
+from cdc_sql.lake.silver import (SilverPlan, check_untouched, merge_batch, plan_silver,
+                                 silver_path)
 from cdc_sql.lake.state import Checkpoint, State
 from cdc_sql.progress import Progress
 from cdc_sql.source import mysql, startup
@@ -139,6 +140,7 @@ class Runner:
         self.captured_from: str | None = None
         self.changed_tables: set[str] = set()
         self.batches: list[dict] = []  # every bronze and silver commit: rows, seconds (metrics)
+        self.registered: set[str] = set()  # silver tables registered by name in this run
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, until_caught_up: bool = True, poll_seconds: float = 1.0) -> dict:
@@ -334,6 +336,7 @@ class Runner:
                 if not capture or capture_offset(capture) <= table_state["applied"]:
                     continue
                 upto = capture_offset(capture)
+                check_untouched(self.engine, self.root, plan.spec.name, table_state)
                 if not self._idle(plan, table_state["applied"]):
                     merge_batch(self.engine, self.root, plan, table_state["applied"], upto, None)
             else:
@@ -355,14 +358,24 @@ class Runner:
                 merge_batch(self.engine, self.root, plan, "", upto, done)
             source_time = capture.get("source_time") if capture and upto == capture_offset(
                 capture) else None
-            self.state.write(("table", plan.spec.name, {"applied": upto, "snapshot_merged": True,
-                                                        "source_time": source_time}))
+            path = silver_path(self.root, plan.spec.name)
+            self.state.write(("table", plan.spec.name, {
+                "applied": upto, "snapshot_merged": True, "source_time": source_time,
+                "silver_version": self.engine.version(path) if self.engine.exists(path) else None}))
             self.batches.append({"phase": "merge", "table": plan.spec.name,
                                  "seconds": round(time.monotonic() - started, 3)})
+            self._register(plan)
             merged.append(plan.spec.name)
             log.info("silver %s: merged up to %s", plan.spec.name, upto)
         return merged
 
+    def _register(self, plan: SilverPlan) -> None:
+        target = self.pipeline.target
+        if target.schema and plan.spec.name not in self.registered:
+            name = self.engine.register(target.catalog, target.schema, plan.spec.name,
+                                        silver_path(self.root, plan.spec.name))
+            self.registered.add(plan.spec.name)
+            log.info("silver %s: registered as %s", plan.spec.name, name)
 
     def _idle(self, plan: SilverPlan, applied: str) -> bool:
         """True when this run captured all of (applied, now] and none of it touched the table:

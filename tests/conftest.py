@@ -41,12 +41,13 @@ def database(mariadb):
 def make_pipeline(tmp_path, mariadb):
     """Write a pipeline YAML for the shared server and load it."""
 
-    def make(tables: str, **source) -> object:
+    def make(tables: str, target: dict | None = None, **source) -> object:
         settings = {"host": "127.0.0.1", "port": mariadb.port, "user": USER,
                     "password": "${TEST_MYSQL_PASSWORD}", "server_id": 6000 + next(_names),
                     "chunk_size": 1000, "parallelism": 2, **source}
         lines = "\n".join(f"  {k}: {v}" for k, v in settings.items())
-        text = (f"name: test\nsource:\n{lines}\ntarget:\n  path: {tmp_path / 'lake'}\n"
+        extra = "".join(f"  {k}: {v}\n" for k, v in (target or {}).items())
+        text = (f"name: test\nsource:\n{lines}\ntarget:\n  path: {tmp_path / 'lake'}\n{extra}"
                 f"tables:\n{textwrap.indent(textwrap.dedent(tables).strip(), '  ')}\n")
         path = Path(tmp_path / "pipeline.yaml")
         path.write_text(text)

@@ -18,6 +18,7 @@ from cdc_sql.errors import ConfigError
 STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "snapshot-only")
 ENGINE_MODES = ("sail", "remote", "local", "active")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENTIFIER_OR_EMPTY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)?")
 
 
 def _key(doc: str, default: Any = MISSING, **rules: Any) -> Any:
@@ -59,6 +60,14 @@ class Source:
 @dataclass(frozen=True)
 class Target:
     path: str = _key("Delta root: bronze/, silver/ and _state/ live under it")
+    catalog: str = _key("catalog to register silver tables in by name (e.g. Unity Catalog "
+                        "`main`); needs `schema`", "", pattern=_IDENTIFIER_OR_EMPTY)
+    schema: str = _key("schema (database) to register silver tables in by name, e.g. `silver`: "
+                       "then SELECT * FROM silver.<name> works in spark-sql", "",
+                       pattern=_IDENTIFIER_OR_EMPTY)
+    retention_hours: float = _key("`cdc-sql maintain` prunes bronze that every silver table has "
+                                  "applied and that is older than this, and vacuums files older "
+                                  "than this", 168.0, minimum=0)
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,7 @@ def load_pipeline(file: str | Path, environ: dict[str, str] | None = None) -> Pi
     pipeline = _build(Pipeline, doc.values, "", doc)
     pipeline = _replace_file(pipeline, str(file))
     _check_startup(pipeline, doc)
+    _check_target(pipeline, doc)
     _check_tables(pipeline, doc)
     return pipeline
 
@@ -127,8 +137,14 @@ def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
     path = Path(target.path)
     if not path.is_absolute() and not re.match(r"^[a-z][a-z0-9+]*://", target.path):
         # A relative target is relative to the pipeline file, so runs from any directory agree.
-        target = Target(path=str((Path(file).resolve().parent / path).resolve()))
+        target = dataclasses.replace(target, path=str((Path(file).resolve().parent / path).resolve()))
     return dataclasses.replace(pipeline, file=file, target=target)
+
+
+def _check_target(pipeline: Pipeline, doc: Document) -> None:
+    if pipeline.target.catalog and not pipeline.target.schema:
+        raise doc.error("`catalog` needs `schema` too (tables register as catalog.schema.name)",
+                        "target.schema")
 
 
 def _check_startup(pipeline: Pipeline, doc: Document) -> None:

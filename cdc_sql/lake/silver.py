@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
 from cdc_sql.engine import table_ref
-from cdc_sql.errors import ConfigError, SourceError
+from cdc_sql.errors import ConfigError, SourceError, StateError
 from cdc_sql.lake import bronze
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.values import decode_sql
@@ -68,6 +68,40 @@ def silver_path(root: str, name: str) -> str:
 
 def staging_path(root: str, name: str) -> str:
     return f"{root}/_staging/{name}"
+
+
+CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END")  # commits that keep every row
+
+
+def check_untouched(engine, root: str, name: str, table_state: dict) -> None:
+    """Refuse to merge over a silver table someone else changed since our last commit.
+    Allowed after it: compaction and vacuum (content unchanged), a RESTORE back to content we
+    wrote, and one final MERGE (ours, when a run died between its MERGE and the state commit;
+    replaying the window is harmless)."""
+    recorded = table_state.get("silver_version")
+    path = silver_path(root, name)
+    if recorded is None or not engine.exists(path):
+        return
+    commits = engine.history(path, recorded)
+    if commits is None:
+        return
+    ours, foreign = {recorded}, []  # versions holding what we wrote; commits since that are not
+    for version, operation, restored_to in commits:
+        if operation == "RESTORE" and restored_to.isdigit() and int(restored_to) in ours:
+            foreign = []
+        elif operation not in CONTENT_PRESERVING:
+            foreign.append((version, operation))
+        if not foreign:
+            ours.add(version)
+    if not foreign or foreign == [commits[-1][:2]] and foreign[0][1] == "MERGE":
+        return
+    shown = ", ".join(f"version {v}: {op}" for v, op in foreign)
+    raise StateError(
+        f"silver table {name} ({path}) was changed outside cdc-sql after its version "
+        f"{recorded}, which cdc-sql wrote last ({shown}). cdc-sql does not merge over changes "
+        f"it did not make. Undo them (Spark: RESTORE TABLE delta.`{path}` TO VERSION AS OF "
+        f"{recorded}; delta-rs: DeltaTable(path).restore({recorded})), or start the pipeline "
+        f"over by removing {root}")
 
 
 def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,

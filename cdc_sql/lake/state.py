@@ -70,3 +70,18 @@ class State:
                              "seq": self._last_seq, "run_id": self.run_id, "written_at": now})
         table = pa.Table.from_pylist(rows, schema=STATE_SCHEMA)
         self.engine.append_arrow(self.path, table.to_batches(), STATE_SCHEMA)
+
+    def compact(self) -> int:
+        """Rewrite the log to its newest entry per (kind, name), in one commit; returns the
+        entries dropped. Loads read the whole log, so this keeps them fast (maintain)."""
+        if not self.engine.exists(self.path):
+            return 0
+        table = self.engine.read(self.path).toArrow()
+        newest: dict[tuple[str, str], dict] = {}
+        for row in sorted(table.to_pylist(), key=lambda r: r["seq"]):
+            newest[(row["kind"], row["name"])] = row
+        kept = pa.Table.from_pylist(sorted(newest.values(), key=lambda r: r["seq"]),
+                                    schema=STATE_SCHEMA)
+        self.engine.overwrite_arrow(self.path, kept, STATE_SCHEMA)
+        return table.num_rows - kept.num_rows
+

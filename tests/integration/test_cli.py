@@ -92,3 +92,28 @@ def test_json_logs_carry_no_secret(pipeline):
     assert any(e["message"].startswith("run ") and e["message"].endswith(": ok") for e in ours)
     assert {"time", "level", "logger", "message"} <= set(ours[0])
     assert "cdc-secret" not in done.stderr.decode() + done.stdout.decode()
+
+
+def test_a_second_writer_on_one_target_is_refused(pipeline, capsys):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
+    first = subprocess.Popen([sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file],
+                             env=env, stderr=subprocess.PIPE)
+    lock = pipeline.root / "_lock"
+    deadline = time.monotonic() + 120
+    while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        assert main(["run", pipeline.file, "--until-caught-up"]) == 1
+        err = capsys.readouterr().err
+        assert "another cdc-sql process is writing to" in err and f"pid {first.pid}" in err
+        assert main(["maintain", pipeline.file]) == 1
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=120) == 0, first.stderr.read().decode()[-2000:]
+    assert main(["run", pipeline.file, "--until-caught-up"]) == 0  # released on exit

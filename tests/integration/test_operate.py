@@ -1,0 +1,102 @@
+"""Operating a pipeline: maintenance, silver tables changed by hand, tables registered by name."""
+import glob
+
+import pytest
+from chispa import assert_df_equality
+
+from cdc_sql.errors import StateError
+from cdc_sql.lake.silver import silver_path
+from cdc_sql.maintain import maintain
+from cdc_sql.verify import compare_table
+from tests.integration.helpers import run, state_log
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def orders(mariadb, database):
+    mariadb.execute("CREATE TABLE o (id INT PRIMARY KEY, amount INT, note VARCHAR(20))",
+                    db=database)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO o VALUES (%s, %s, 'n')", [(i, i) for i in range(1, 3001)])
+    return database
+
+
+def _files(path) -> set[str]:
+    return set(glob.glob(f"{path}/**/*.parquet", recursive=True))
+
+
+def _silver(engine, pipeline):
+    return engine.read(silver_path(str(pipeline.root), "o")).orderBy("id")
+
+
+def test_maintain_prunes_and_compacts_without_changing_silver(
+        orders, mariadb, make_pipeline, engine):
+    pipeline = make_pipeline(f"- name: o\n  source: {orders}.o")
+    run(pipeline, engine)
+    for round_ in range(4):  # many small bronze and silver commits
+        mariadb.execute(f"UPDATE o SET amount = amount + 1 WHERE id % 7 = {round_}",
+                        f"DELETE FROM o WHERE id = {100 + round_}", db=orders)
+        run(pipeline, engine)
+    root = pipeline.root
+    before = _silver(engine, pipeline).toPandas()
+    bronze_files = _files(root / "bronze")
+    entries = len(state_log(root))
+
+    report = maintain(engine, pipeline, retention_hours=0)
+
+    assert_df_equality(_silver(engine, pipeline),
+                       engine.spark.createDataFrame(before, _silver(engine, pipeline).schema),
+                       ignore_nullable=True)
+    assert report["pruned"][f"{root}/bronze/_binlog"] > 0
+    assert report["pruned"][f"{root}/bronze/_snapshot/{orders}.o"] == 3000
+    assert engine.read(f"{root}/bronze/_binlog").count() == 0  # every change was applied
+    assert engine.read(f"{root}/bronze/_snapshot/{orders}.o").count() == 0
+    left = _files(root / "bronze")
+    assert bronze_files - left and len(left) < len(bronze_files)  # pruned files left the disk
+    assert len(state_log(root)) < entries
+    assert report["skipped"] == []
+    # the pipeline goes on as before, and silver still equals the source
+    mariadb.execute("UPDATE o SET note = 'after' WHERE id <= 10", db=orders)
+    run(pipeline, engine)
+    assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
+
+
+def test_a_silver_table_changed_by_hand_is_reported_not_merged_over(
+        orders, mariadb, make_pipeline, engine):
+    from deltalake import DeltaTable
+
+    pipeline = make_pipeline(f"- name: o\n  source: {orders}.o")
+    run(pipeline, engine)
+    maintain(engine, pipeline, retention_hours=1000)  # compaction alone is not a change
+    path = silver_path(str(pipeline.root), "o")
+    ours = DeltaTable(path).version()
+    engine.spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 5").collect()
+    mariadb.execute("UPDATE o SET amount = 0 WHERE id = 6", db=orders)
+    with pytest.raises(StateError) as caught:
+        run(pipeline, engine)
+    message = str(caught.value)
+    assert "silver table o" in message and f"after its version {ours}" in message
+    assert "DELETE" in message and f"TO VERSION AS OF {ours}" in message
+    assert DeltaTable(path).version() == ours + 1  # nothing merged over the change
+    DeltaTable(path).restore(ours)
+    run(pipeline, engine)
+    assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
+
+
+def test_silver_tables_are_registered_by_name(orders, make_pipeline, engine):
+    pipeline = make_pipeline(f"- name: o\n  source: {orders}.o",
+                             target={"schema": f"silver_{orders}"})
+    run(pipeline, engine)
+    assert engine.spark.sql(f"SELECT COUNT(*) FROM silver_{orders}.o").collect()[0][0] == 3000
+
+
+def test_maintain_keeps_bronze_inside_the_retention(orders, mariadb, make_pipeline, engine):
+    pipeline = make_pipeline(f"- name: o\n  source: {orders}.o")
+    run(pipeline, engine)
+    mariadb.execute("UPDATE o SET amount = -amount WHERE id <= 50", db=orders)
+    run(pipeline, engine)
+    report = maintain(engine, pipeline)  # target.retention_hours: 168 by default
+    assert set(report["pruned"].values()) == {0}
+    assert engine.read(f"{pipeline.root}/bronze/_binlog").count() == 50
+    assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
