@@ -96,7 +96,19 @@ def _show_and_compare(engine, target: str) -> int:
         diff = compare_table(engine, pipeline, table)
         print(f"   compared with the source row by row: {diff or 'equal'}")
         failures += bool(diff)
+        if table.history:
+            _show_history(engine, f"{target}/silver/{table.name}_history", table.name)
     return 1 if failures else 0
+
+
+def _show_history(engine, path: str, name: str) -> None:
+    history = engine.read(path)
+    changed = history.where("NOT _cdc_current").select("id").distinct()
+    versions = history.join(changed, "id").orderBy("id", "_cdc_valid_from")
+    print(f"\n== silver.{name}_history: {history.count()} versions; keys changed since the "
+          f"snapshot, every version:")
+    versions.select("id", "status", "amount", "_cdc_op", "_cdc_valid_from", "_cdc_valid_to",
+                    "_cdc_current").show(12, truncate=False)
 
 
 if __name__ == "__main__":

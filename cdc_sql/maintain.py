@@ -16,7 +16,8 @@ import logging
 from cdc_sql.engine import table_ref
 from cdc_sql.errors import StateError
 from cdc_sql.lake import bronze
-from cdc_sql.lake.silver import check_untouched, silver_path, staging_path
+from cdc_sql.lake.silver import (check_untouched, owned_tables, owned_versions, silver_path,
+                                 staging_path)
 from cdc_sql.lake.state import State
 from cdc_sql.source.offsets import Offset
 from cdc_sql.sql import render, string_literal
@@ -50,24 +51,23 @@ def maintain(engine, pipeline, retention_hours: float | None = None,
     paths = [bronze.binlog_path(root), *_snapshot_tables(root, checkpoint), state.path]
     versions = []
     for spec in pipeline.tables:
-        path = silver_path(root, spec.name)
-        if not engine.exists(path):
+        if not engine.exists(silver_path(root, spec.name)):
             continue
         try:
-            check_untouched(engine, root, spec.name, tables[spec.name])
+            check_untouched(engine, root, spec, tables[spec.name])
         except StateError as exc:
             report["skipped"].append(str(exc))
             continue
-        paths += [path, staging_path(root, spec.name)]
-        versions.append(spec.name)
+        paths += [*owned_tables(root, spec).values(), staging_path(root, spec.name),
+                  staging_path(root, f"{spec.name}_history")]
+        versions.append(spec)
     state.compact()
     for path in paths:
         if engine.exists(path):
             report["files"][path] = engine.compact_and_vacuum(path, retention)
     # Compaction commits new silver versions with the same rows: record them as ours.
-    state.write(*(("table", name, {**tables[name],
-                                   "silver_version": engine.version(silver_path(root, name))})
-                  for name in versions if tables[name]))
+    state.write(*(("table", spec.name, {**tables[spec.name], **owned_versions(engine, root, spec)})
+                  for spec in versions if tables[spec.name]))
     log.info("maintain: %s", report)
     return report
 

@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from cdc_sql import metrics
+from cdc_sql import faults, metrics
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze
-from cdc_sql.lake.silver import (SilverPlan, check_untouched, merge_batch, plan_silver,
-                                 silver_path)
+from cdc_sql.lake.silver import (SilverPlan, check_untouched, history_path, merge_batch,
+                                 owned_tables, owned_versions, plan_silver, silver_path)
 from cdc_sql.lake.state import Checkpoint, State
 from cdc_sql.progress import Progress
 from cdc_sql.source import mysql, startup
@@ -336,7 +336,7 @@ class Runner:
                 if not capture or capture_offset(capture) <= table_state["applied"]:
                     continue
                 upto = capture_offset(capture)
-                check_untouched(self.engine, self.root, plan.spec.name, table_state)
+                check_untouched(self.engine, self.root, plan.spec, table_state)
                 if not self._idle(plan, table_state["applied"]):
                     merge_batch(self.engine, self.root, plan, table_state["applied"], upto, None)
             else:
@@ -358,10 +358,10 @@ class Runner:
                 merge_batch(self.engine, self.root, plan, "", upto, done)
             source_time = capture.get("source_time") if capture and upto == capture_offset(
                 capture) else None
-            path = silver_path(self.root, plan.spec.name)
             self.state.write(("table", plan.spec.name, {
                 "applied": upto, "snapshot_merged": True, "source_time": source_time,
-                "silver_version": self.engine.version(path) if self.engine.exists(path) else None}))
+                **owned_versions(self.engine, self.root, plan.spec)}))
+            faults.point("state.committed")
             self.batches.append({"phase": "merge", "table": plan.spec.name,
                                  "seconds": round(time.monotonic() - started, 3)})
             self._register(plan)
@@ -372,17 +372,20 @@ class Runner:
     def _register(self, plan: SilverPlan) -> None:
         target = self.pipeline.target
         if target.schema and plan.spec.name not in self.registered:
-            name = self.engine.register(target.catalog, target.schema, plan.spec.name,
-                                        silver_path(self.root, plan.spec.name))
+            tables = {plan.spec.name: silver_path(self.root, plan.spec.name)}
+            if plan.spec.history:
+                tables[f"{plan.spec.name}_history"] = history_path(self.root, plan.spec.name)
+            for table, path in tables.items():
+                name = self.engine.register(target.catalog, target.schema, table, path)
+                log.info("silver %s: registered as %s", plan.spec.name, name)
             self.registered.add(plan.spec.name)
-            log.info("silver %s: registered as %s", plan.spec.name, name)
 
     def _idle(self, plan: SilverPlan, applied: str) -> bool:
         """True when this run captured all of (applied, now] and none of it touched the table:
         its applied offset then moves on without a MERGE."""
         return self.captured_from is not None and self.captured_from <= applied and \
             not any(t.qualified in self.changed_tables for t in plan.sources) and \
-            self.engine.exists(silver_path(self.root, plan.spec.name))  # else create it
+            all(self.engine.exists(p) for p in owned_tables(self.root, plan.spec).values())
 
 
 def capture_offset(capture: dict) -> str:

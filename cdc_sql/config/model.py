@@ -84,6 +84,12 @@ class Table:
     source: str = _key("db.table, or a regular expression matching whole db.table names")
     projection: str = _key("SELECT ... FROM <table> [WHERE ...], MySQL or Spark SQL", "")
     primary_key: list[str] = _key("key columns, for tables without a primary key", [])
+    history: bool = _key("also keep <name>_history: every version of every row (SCD type 2: "
+                         "valid_from/valid_to offsets and commit times, a current flag)", False)
+    key_unique_across_shards: bool = _key("for a regex source: the key alone identifies a row "
+                                          "across shards (else the key includes "
+                                          "_cdc_source_table); a row moves between shards by a "
+                                          "delete, then an insert", False)
 
     @property
     def is_pattern(self) -> bool:
@@ -182,6 +188,13 @@ def _check_tables(pipeline: Pipeline, doc: Document) -> None:
             raise doc.error(f"table name `{table.name}` is used twice (also tables[{seen[table.name.lower()]}])",
                             f"{path}.name")
         seen[table.name.lower()] = i
+    for i, table in enumerate(pipeline.tables):
+        history = f"{table.name}_history".lower()
+        if table.history and history in seen:
+            raise doc.error(f"`history: true` keeps a table named {table.name}_history, which "
+                            f"tables[{seen[history]}] already uses", f"tables[{i}].history")
+    for i, table in enumerate(pipeline.tables):
+        path = f"tables[{i}]"
         if table.is_pattern:
             try:
                 re.compile(table.source)
@@ -192,6 +205,9 @@ def _check_tables(pipeline: Pipeline, doc: Document) -> None:
                 raise doc.error(f"`{table.source}` must name db.table (a regular expression must "
                                 f"match whole db.table names, e.g. shop\\.orders_[0-9]+)",
                                 f"{path}.source")
+        if table.key_unique_across_shards and not table.is_pattern:
+            raise doc.error("`key_unique_across_shards` is for a regular-expression source "
+                            "(shards); this source names one table", f"{path}.key_unique_across_shards")
         if table.projection:
             try:
                 parse_projection(table.projection, table)

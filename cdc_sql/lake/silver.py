@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cdc_sql import faults
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
 from cdc_sql.engine import table_ref
@@ -20,6 +21,8 @@ from cdc_sql.source.values import decode_sql
 from cdc_sql.sql import quote, render, string_literal
 
 ENGINE_COLUMNS = ("_cdc_offset", "_cdc_op", "_cdc_ts")
+HISTORY_COLUMNS = ("_cdc_op", "_cdc_valid_from", "_cdc_valid_from_ts", "_cdc_valid_to",
+                   "_cdc_valid_to_ts", "_cdc_current")
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,24 @@ class SilverPlan:
 
     @property
     def key(self) -> tuple[str, ...]:
-        return self.projection.key + (("_cdc_source_table",) if self.sharded else ())
+        per_shard = self.sharded and not self.spec.key_unique_across_shards
+        return self.projection.key + (("_cdc_source_table",) if per_shard else ())
+
+    @property
+    def row_columns(self) -> tuple[str, ...]:
+        """The row as users see it: the projected columns (and the shard it came from)."""
+        extra = ("_cdc_source_table",) if self.sharded else ()
+        return tuple(name for _, name in self.projection.columns) + extra
 
     @property
     def columns(self) -> tuple[str, ...]:
-        extra = ("_cdc_source_table",) if self.sharded else ()
-        return tuple(name for _, name in self.projection.columns) + ENGINE_COLUMNS + extra
+        """Silver's columns."""
+        return self.row_columns[:len(self.projection.columns)] + ENGINE_COLUMNS + \
+            self.row_columns[len(self.projection.columns):]
+
+    @property
+    def history_columns(self) -> tuple[str, ...]:
+        return self.row_columns + HISTORY_COLUMNS
 
 
 def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) -> SilverPlan:
@@ -66,6 +81,10 @@ def silver_path(root: str, name: str) -> str:
     return f"{root}/silver/{name}"
 
 
+def history_path(root: str, name: str) -> str:
+    return f"{root}/silver/{name}_history"
+
+
 def staging_path(root: str, name: str) -> str:
     return f"{root}/_staging/{name}"
 
@@ -73,15 +92,33 @@ def staging_path(root: str, name: str) -> str:
 CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END")  # commits that keep every row
 
 
-def check_untouched(engine, root: str, name: str, table_state: dict) -> None:
-    """Refuse to merge over a silver table someone else changed since our last commit.
-    Allowed after it: compaction and vacuum (content unchanged), a RESTORE back to content we
-    wrote, and one final MERGE (ours, when a run died between its MERGE and the state commit;
-    replaying the window is harmless)."""
-    recorded = table_state.get("silver_version")
-    path = silver_path(root, name)
-    if recorded is None or not engine.exists(path):
-        return
+def owned_tables(root: str, spec: Table) -> dict[str, str]:
+    """The Delta tables a pipeline table writes, by the state key recording our last version."""
+    tables = {"silver_version": silver_path(root, spec.name)}
+    if spec.history:
+        tables["history_version"] = history_path(root, spec.name)
+    return tables
+
+
+def owned_versions(engine, root: str, spec: Table) -> dict[str, int | None]:
+    """Our last version of each table, for state: what check_untouched compares against."""
+    return {key: engine.version(path) if engine.exists(path) else None
+            for key, path in owned_tables(root, spec).items()}
+
+
+def check_untouched(engine, root: str, spec: Table, table_state: dict) -> None:
+    """Refuse to merge over a silver (or history) table someone else changed since our last
+    commit. Allowed after it: compaction and vacuum (content unchanged), a RESTORE back to
+    content we wrote, and one final MERGE (ours, when a run died between its MERGE and the state
+    commit; replaying the window is harmless)."""
+    for key, path in owned_tables(root, spec).items():
+        recorded = table_state.get(key)
+        if recorded is not None and engine.exists(path):
+            kind = "history" if key == "history_version" else "silver"
+            _check_commits(engine, root, f"{kind} table {path.rsplit('/', 1)[-1]}", path, recorded)
+
+
+def _check_commits(engine, root: str, label: str, path: str, recorded: int) -> None:
     commits = engine.history(path, recorded)
     if commits is None:
         return
@@ -97,7 +134,7 @@ def check_untouched(engine, root: str, name: str, table_state: dict) -> None:
         return
     shown = ", ".join(f"version {v}: {op}" for v, op in foreign)
     raise StateError(
-        f"silver table {name} ({path}) was changed outside cdc-sql after its version "
+        f"{label} ({path}) was changed outside cdc-sql after its version "
         f"{recorded}, which cdc-sql wrote last ({shown}). cdc-sql does not merge over changes "
         f"it did not make. Undo them (Spark: RESTORE TABLE delta.`{path}` TO VERSION AS OF "
         f"{recorded}; delta-rs: DeltaTable(path).restore({recorded})), or start the pipeline "
@@ -106,37 +143,78 @@ def check_untouched(engine, root: str, name: str, table_state: dict) -> None:
 
 def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
                 done_splits: dict[str, list[tuple[int, str, str]]] | None) -> None:
-    """MERGE the window (after, upto] (and, on the first batch, the done splits) into silver."""
+    """MERGE the window (after, upto] (and, on the first batch, the done splits) into silver,
+    then into its history table when the pipeline keeps one."""
     spark = engine.spark
-    view = f"cdc_images_{plan.spec.name}"
+    name = plan.spec.name
+    images = f"cdc_images_{name}"
     parts = []
     for i, source in enumerate(plan.sources):
         if done_splits is not None:
-            splits_view = f"{view}_{i}_splits"
+            splits_view = f"{images}_{i}_splits"
             spark.createDataFrame(done_splits.get(source.qualified, []),
                                   "split_id INT, attempt STRING, watermark STRING") \
                 .createOrReplaceTempView(splits_view)
             spark.sql(snapshot_images_sql(root, source, splits_view)) \
-                .createOrReplaceTempView(f"{view}_{i}_s")
-            parts.append(f"{view}_{i}_s")
+                .createOrReplaceTempView(f"{images}_{i}_s")
+            parts.append(f"{images}_{i}_s")
         spark.sql(binlog_images_sql(root, source),
                   args={"db": source.db, "tbl": source.name, "after": after, "upto": upto}) \
-            .createOrReplaceTempView(f"{view}_{i}_b")
-        parts.append(f"{view}_{i}_b")
+            .createOrReplaceTempView(f"{images}_{i}_b")
+        parts.append(f"{images}_{i}_b")
     spark.sql(" UNION ALL ".join(f"SELECT * FROM {quote(p)}" for p in parts)) \
-        .createOrReplaceTempView(view)
-    changes = f"cdc_changes_{plan.spec.name}"
-    # The last change per key lands in a staging Delta table first: a MERGE whose source is a
-    # query may evaluate it more than once (Sail 0.7 does: 4.3 s instead of 1.5 s for 200k
-    # changes). A crash after staging just stages again.
-    staging = staging_path(root, plan.spec.name)
-    spark.sql(changes_sql(plan, view)).write.format("delta").mode("overwrite") \
-        .option("overwriteSchema", "true").save(staging)
-    engine.read(staging).createOrReplaceTempView(changes)
-    path = silver_path(root, plan.spec.name)
+        .createOrReplaceTempView(images)
+    candidates = f"cdc_candidates_{name}"
+    spark.sql(candidates_sql(plan, images)).createOrReplaceTempView(candidates)
+    changes = _staged(engine, staging_path(root, name), spark.sql(changes_sql(plan, candidates)))
+    faults.point("silver.staged")
+    path = silver_path(root, name)
     if not engine.exists(path):
-        engine.append(spark.table(changes).drop("_cdc_remove").limit(0), path)
-    spark.sql(merge_sql(root, plan, changes)).collect()
+        engine.append(changes.drop("_cdc_remove").limit(0), path)
+    if plan.spec.history and not engine.exists(history_path(root, name)):
+        # Seeded before silver moves: a history turned on later starts from silver as it stands.
+        engine.append(_history_seed(engine.read(path), plan), history_path(root, name))
+    changes.createOrReplaceTempView(f"cdc_changes_{name}")
+    spark.sql(merge_sql(root, plan, f"cdc_changes_{name}")).collect()
+    faults.point("silver.merged")
+    if plan.spec.history:
+        merge_history(engine, root, plan, candidates,
+                      start=max((w for splits in done_splits.values() for _, _, w in splits),
+                                default="") if done_splits is not None else after)
+
+
+def merge_history(engine, root: str, plan: SilverPlan, candidates: str, start: str) -> None:
+    """Add the batch's versions to <name>_history and end the versions they follow."""
+    spark = engine.spark
+    versions = _staged(engine, staging_path(root, f"{plan.spec.name}_history"),
+                       spark.sql(history_versions_sql(root, plan, candidates),
+                                 args={"start": start}))
+    faults.point("history.staged")
+    versions.createOrReplaceTempView(f"cdc_versions_{plan.spec.name}")
+    spark.sql(history_merge_sql(root, plan, f"cdc_versions_{plan.spec.name}")).collect()
+    faults.point("history.merged")
+
+
+def _history_seed(silver, plan: SilverPlan):
+    """Silver's rows as current versions, each since its last change: the start of a history
+    (empty with a new silver table), typed like silver."""
+    from pyspark.sql import functions as F
+
+    offset, ts = F.col("_cdc_offset"), F.col("_cdc_ts")
+    return silver.select(*plan.row_columns, "_cdc_op", offset.alias("_cdc_valid_from"),
+                         ts.alias("_cdc_valid_from_ts"),
+                         F.lit(None).cast("string").alias("_cdc_valid_to"),
+                         F.lit(None).cast(silver.schema["_cdc_ts"].dataType).alias("_cdc_valid_to_ts"),
+                         F.lit(True).alias("_cdc_current"))
+
+
+def _staged(engine, staging: str, df):
+    """Land a MERGE's source in a staging Delta table and read it back: a MERGE whose source is
+    a query may evaluate it more than once (Sail 0.7 does: 4.3 s instead of 1.5 s for 200k
+    changes), and a history batch reads the table it merges into. A crash after staging just
+    stages again."""
+    df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(staging)
+    return engine.read(staging)
 
 
 def snapshot_images_sql(root: str, source: SourceTable, splits_view: str) -> str:
@@ -160,15 +238,50 @@ def binlog_images_sql(root: str, source: SourceTable) -> str:
     )
 
 
-def changes_sql(plan: SilverPlan, images_view: str) -> str:
+def candidates_sql(plan: SilverPlan, images_view: str) -> str:
+    return render(
+        "silver_candidates",
+        projection=", ".join(f"{expr} AS {quote(name)}" for expr, name in plan.projection.columns),
+        matches=plan.projection.where or "TRUE",
+        images=quote(images_view),
+    )
+
+
+def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
     return render(
         "silver_changes",
         output=", ".join(quote(c) for c in (*plan.columns, "_cdc_remove")),
-        projection=", ".join(f"{expr} AS {quote(name)}" for expr, name in plan.projection.columns),
-        matches=plan.projection.where or "TRUE",
         key=", ".join(quote(k) for k in plan.key),
-        images=quote(images_view),
+        candidates=quote(candidates_view),
     )
+
+
+def history_versions_sql(root: str, plan: SilverPlan, candidates_view: str) -> str:
+    return render(
+        "history_versions",
+        key=", ".join(quote(k) for k in plan.key),
+        candidates=quote(candidates_view),
+        columns=", ".join(quote(c) for c in plan.row_columns),
+        history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
+        history=table_ref(history_path(root, plan.spec.name)),
+        key_match=_key_match(plan, "h", "f"),
+    )
+
+
+def history_merge_sql(root: str, plan: SilverPlan, versions_view: str) -> str:
+    columns = [quote(c) for c in plan.history_columns]
+    return render(
+        "history_merge",
+        history=table_ref(history_path(root, plan.spec.name)),
+        versions=quote(versions_view),
+        key_match=_key_match(plan, "t", "s"),
+        columns=", ".join(columns),
+        values=", ".join(f"s.{c}" for c in columns),
+    )
+
+
+def _key_match(plan: SilverPlan, left: str, right: str) -> str:
+    return " AND ".join(f"{left}.{quote(k)} <=> {right}.{quote(k)}" for k in plan.key)
 
 
 def merge_sql(root: str, plan: SilverPlan, changes_view: str) -> str:
@@ -177,7 +290,7 @@ def merge_sql(root: str, plan: SilverPlan, changes_view: str) -> str:
         "silver_merge",
         silver=table_ref(silver_path(root, plan.spec.name)),
         changes=quote(changes_view),
-        key_match=" AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in plan.key),
+        key_match=_key_match(plan, "t", "s"),
         assignments=", ".join(f"t.{c} = s.{c}" for c in columns),
         columns=", ".join(columns),
         values=", ".join(f"s.{c}" for c in columns),
@@ -186,16 +299,24 @@ def merge_sql(root: str, plan: SilverPlan, changes_view: str) -> str:
 
 def describe_sql(root: str, plan: SilverPlan) -> str:
     """The statements one silver batch runs, in order, as `cdc-sql plan` shows them."""
-    view = f"cdc_images_{plan.spec.name}"
+    name = plan.spec.name
+    images, candidates = f"cdc_images_{name}", f"cdc_candidates_{name}"
     steps = []
     for i, source in enumerate(plan.sources):
-        steps.append((f"{view}_{i}_s: snapshot rows of {source.qualified} (first batch only)",
-                      snapshot_images_sql(root, source, f"{view}_{i}_splits")))
-        steps.append((f"{view}_{i}_b: binlog changes of {source.qualified}",
+        steps.append((f"{images}_{i}_s: snapshot rows of {source.qualified} (first batch only)",
+                      snapshot_images_sql(root, source, f"{images}_{i}_splits")))
+        steps.append((f"{images}_{i}_b: binlog changes of {source.qualified}",
                       binlog_images_sql(root, source)))
-    steps.append((f"cdc_changes_{plan.spec.name}: last change per key over {view} (the union "
-                  f"of the above), written to {staging_path(root, plan.spec.name)}",
-                  changes_sql(plan, view)))
-    steps.append(("the MERGE", merge_sql(root, plan, f"cdc_changes_{plan.spec.name}")))
+    steps.append((f"{candidates}: the projection over {images} (the union of the above)",
+                  candidates_sql(plan, images)))
+    steps.append((f"cdc_changes_{name}: the last candidate per key, written to "
+                  f"{staging_path(root, name)}", changes_sql(plan, candidates)))
+    steps.append(("the MERGE into silver", merge_sql(root, plan, f"cdc_changes_{name}")))
+    if plan.spec.history:
+        steps.append((f"cdc_versions_{name}: the history versions (:start is the highest split "
+                      f"watermark on the first batch, the applied offset after), written to "
+                      f"{staging_path(root, name + '_history')}",
+                      history_versions_sql(root, plan, candidates)))
+        steps.append(("the MERGE into history", history_merge_sql(root, plan, f"cdc_versions_{name}")))
     return "\n".join(f"-- step {n}: {title}\n{sql.strip()}\n" for n, (title, sql)
                      in enumerate(steps, 1))

@@ -1,5 +1,4 @@
--- The projection over every candidate image, then the last candidate per key (by offset).
--- A candidate removes its key when it is a delete or when it no longer matches the WHERE.
+-- The last candidate per key (by offset): what silver must hold for that key.
 -- Snapshot rows stand at their split's watermark, so binlog changes at or before it lose to
 -- them: this ordering is the watermark filter (DESIGN section 3).
 SELECT {{ output }}
@@ -7,15 +6,6 @@ FROM (
   SELECT
     *,
     ROW_NUMBER() OVER (PARTITION BY {{ key }} ORDER BY _cdc_offset DESC, _cdc_remove ASC) AS _cdc_rank
-  FROM (
-    SELECT
-      {{ projection }},
-      _cdc_offset,
-      _cdc_op,
-      _cdc_ts,
-      _cdc_source_table,
-      _cdc_deleted OR NOT COALESCE({{ matches }}, FALSE) AS _cdc_remove
-    FROM {{ images }}
-  ) AS projected
+  FROM {{ candidates }}
 ) AS ranked
 WHERE _cdc_rank = 1

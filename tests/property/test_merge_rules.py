@@ -2,7 +2,9 @@
 
 Random histories of inserts, updates, deletes and key changes; random splits with random
 watermarks; random batch boundaries; random replays of a batch (a crash between the MERGE and
-the state commit) -- silver after every batch equals the source as of that batch's bound.
+the state commit), random crashes between the silver and the history MERGE -- silver after every
+batch equals the source as of that batch's bound, and the history table holds exactly the
+model's versions since the highest watermark, its current rows equal to silver.
 The SQL under test is the real one (cdc_sql/sql/*.sql on Sail), fed through real bronze tables.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cdc_sql.config.model import Table
 from cdc_sql.lake import bronze
-from cdc_sql.lake.silver import merge_batch, plan_silver, silver_path
+from cdc_sql.lake.silver import history_path, merge_batch, plan_silver, silver_path
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.schema import Column, SourceTable
 
@@ -105,6 +107,36 @@ def binlog_rows(txns, after_txn: int) -> list[dict]:
     return rows
 
 
+def versions(initial, txns, marks, bounds, upto: int) -> list[tuple]:
+    """The model's history through transaction `upto`: (id, v, valid_from, valid_to) from the
+    highest watermark on. A key's version then starts at its last change after its split's
+    watermark, or at the watermark (the snapshot row)."""
+    start = max(marks)
+    state = states(initial, txns)[start]
+    since = {}
+    for k in state:
+        mark = next(m for (lo, hi), m in zip(bounds, marks) if lo <= k < hi)
+        since[k] = boundary(mark)
+        for i in range(mark + 1, start + 1):
+            for j, (op, key, new, _) in enumerate(txns[i]):
+                if new == k and op != "d":
+                    since[k] = offset(i, j)
+    open_ = {k: (v, since[k]) for k, v in state.items()}
+    done = []
+
+    def close(key, at):
+        if key in open_:
+            value, frm = open_.pop(key)
+            done.append((key, value, frm, at))
+
+    for i in range(start + 1, upto + 1):
+        for j, (op, key, new, value) in enumerate(txns[i]):
+            close(key, offset(i, j))
+            if op != "d":
+                open_[new] = (value, offset(i, j))
+    return sorted(done + [(k, v, frm, None) for k, (v, frm) in open_.items()])
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), history=histories())
 def test_silver_equals_model_after_every_batch(engine, data, history):
@@ -127,13 +159,16 @@ def test_silver_equals_model_after_every_batch(engine, data, history):
         bronze.write_split(engine, root, TABLE, [batch], split_id, "stale", boundary(-1), TS)
     bronze.ensure_binlog_table(engine, root)
     bronze.append_changes(engine, root, binlog_rows(txns, min(marks)))
-    plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
+    plan = plan_silver(Table(name="t", source="db.t", history=True), [TABLE], "prop.yaml", 0)
+    silver_only = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
     done = {"db.t": [(i, "a1", boundary(mark)) for i, mark in enumerate(marks)]}
 
     # batch bounds: the first at or after the highest watermark, then random steps to the end
     upto = sorted({data.draw(st.integers(max(marks), last)), last})
     applied, first = "", True
     for u in upto:
+        if data.draw(st.booleans()):  # a crash between the silver and the history MERGE
+            merge_batch(engine, root, silver_only, applied, boundary(u), done if first else None)
         for _ in range(1 + data.draw(st.integers(0, 1))):  # sometimes replay (crash before commit)
             merge_batch(engine, root, plan, applied, boundary(u), done if first else None)
         if data.draw(st.booleans()) and u != upto[-1]:
@@ -141,15 +176,29 @@ def test_silver_equals_model_after_every_batch(engine, data, history):
             merge_batch(engine, root, plan, applied, boundary(last), done if first else None)
             u = last
             assert_silver(engine, root, model[u])
+            assert_history(engine, root, versions(initial, txns, marks, bounds, u))
             break
         applied, first = boundary(u), False
         assert_silver(engine, root, model[u])
+        assert_history(engine, root, versions(initial, txns, marks, bounds, u))
 
 
 def assert_silver(engine, root, expected: dict[int, str]):
     silver = engine.read(silver_path(root, "t")).select("id", "v").orderBy("id")
     want = engine.spark.createDataFrame(sorted(expected.items()), silver.schema).orderBy("id")
     assert_df_equality(silver, want, ignore_nullable=True)
+
+
+def assert_history(engine, root, expected: list[tuple]):
+    history = engine.read(history_path(root, "t"))
+    got = history.select("id", "v", "_cdc_valid_from", "_cdc_valid_to").orderBy(
+        "id", "_cdc_valid_from")
+    want = engine.spark.createDataFrame(expected, got.schema).orderBy("id", "_cdc_valid_from")
+    assert_df_equality(got, want, ignore_nullable=True)
+    current = history.where("_cdc_current").select("id", "v").orderBy("id")
+    silver = engine.read(silver_path(root, "t")).select("id", "v").orderBy("id")
+    assert_df_equality(current, silver, ignore_nullable=True)
+    assert history.where("_cdc_current <> (_cdc_valid_to IS NULL)").count() == 0
 
 
 def test_model_sanity():

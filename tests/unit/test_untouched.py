@@ -2,7 +2,10 @@
 import pytest
 
 from cdc_sql.errors import StateError
+from cdc_sql.config.model import Table
 from cdc_sql.lake.silver import check_untouched
+
+TABLE = Table(name="t", source="db.t")
 
 
 class History:
@@ -25,7 +28,7 @@ class History:
     [(6, "OPTIMIZE", ""), (7, "UPDATE", ""), (8, "RESTORE", "6")],
 ])
 def test_allowed(commits):
-    check_untouched(History(commits), "/r", "t", {"silver_version": 5})
+    check_untouched(History(commits), "/r", TABLE, {"silver_version": 5})
 
 
 @pytest.mark.parametrize("commits", [
@@ -38,4 +41,4 @@ def test_allowed(commits):
 ])
 def test_refused(commits):
     with pytest.raises(StateError, match="changed outside cdc-sql after its version 5"):
-        check_untouched(History(commits), "/r", "t", {"silver_version": 5})
+        check_untouched(History(commits), "/r", TABLE, {"silver_version": 5})

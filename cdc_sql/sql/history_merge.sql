@@ -1,0 +1,10 @@
+-- Versions are keyed by (key, valid_from), so a replayed batch inserts nothing twice; a version
+-- only ever gains its end (valid_to), never loses it.
+MERGE INTO {{ history }} AS t
+USING {{ versions }} AS s
+ON {{ key_match }} AND t._cdc_valid_from = s._cdc_valid_from
+WHEN MATCHED AND s._cdc_valid_to IS NOT NULL AND t._cdc_current THEN UPDATE SET
+  t._cdc_valid_to = s._cdc_valid_to,
+  t._cdc_valid_to_ts = s._cdc_valid_to_ts,
+  t._cdc_current = FALSE
+WHEN NOT MATCHED AND NOT s._cdc_closes THEN INSERT ({{ columns }}) VALUES ({{ values }})

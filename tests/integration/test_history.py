@@ -1,0 +1,109 @@
+"""History (SCD type 2) against the source's own audit trail, through crashes in the silver step.
+
+Triggers in MariaDB record every version of every row, in commit order per key (row locks
+serialize a key's changes). Whatever the crashes, each key's history must be the tail of that
+trail, and its current rows must equal silver, which must equal the source.
+"""
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from cdc_sql import faults
+from cdc_sql.lake.silver import history_path, silver_path
+from tests.integration.helpers import assert_silver_equals, run
+from tests.integration.writer import RandomWriter
+
+pytestmark = pytest.mark.integration
+
+AUDIT = [
+    "CREATE TABLE items_audit (seq BIGINT AUTO_INCREMENT PRIMARY KEY, id INT, v VARCHAR(40), "
+    "n INT, deleted BOOLEAN)",
+    "CREATE TRIGGER items_ai AFTER INSERT ON items FOR EACH ROW "
+    "INSERT INTO items_audit (id, v, n, deleted) VALUES (NEW.id, NEW.v, NEW.n, FALSE)",
+    "CREATE TRIGGER items_au AFTER UPDATE ON items FOR EACH ROW BEGIN "
+    "IF OLD.id <> NEW.id THEN INSERT INTO items_audit (id, deleted) VALUES (OLD.id, TRUE); END IF; "
+    "IF NOT (OLD.id <=> NEW.id AND OLD.v <=> NEW.v AND OLD.n <=> NEW.n) THEN "
+    "INSERT INTO items_audit (id, v, n, deleted) VALUES (NEW.id, NEW.v, NEW.n, FALSE); END IF; END",
+    "CREATE TRIGGER items_ad AFTER DELETE ON items FOR EACH ROW "
+    "INSERT INTO items_audit (id, deleted) VALUES (OLD.id, TRUE)",
+]
+
+
+def audit_trail(mariadb, database) -> dict[int, list]:
+    """Per key: its versions (v, n) and deletions ('deleted'), oldest first."""
+    trail = defaultdict(list)
+    for _, key, v, n, deleted in mariadb.query(f"SELECT * FROM {database}.items_audit ORDER BY seq"):
+        trail[key].append("deleted" if deleted else (v, n))
+    return trail
+
+
+def history_trail(engine, pipeline) -> dict[int, list]:
+    """The same shape, read from the history table: a version whose end is not where the next
+    one starts was ended by a delete."""
+    rows = engine.read(history_path(str(pipeline.root), "items")).select(
+        "id", "v", "n", "_cdc_valid_from", "_cdc_valid_to").collect()
+    versions = defaultdict(list)
+    for row in rows:
+        versions[row.id].append(row)
+    trail = {}
+    for key, rows in versions.items():
+        rows.sort(key=lambda r: r._cdc_valid_from)
+        tokens = []
+        for row, following in zip(rows, [*rows[1:], None]):
+            assert row._cdc_valid_to is None or row._cdc_valid_to > row._cdc_valid_from
+            assert following is None or row._cdc_valid_to is not None and \
+                row._cdc_valid_to <= following._cdc_valid_from, f"versions of {key} overlap"
+            tokens.append((row.v, row.n))
+            if row._cdc_valid_to is not None and (
+                    following is None or following._cdc_valid_from != row._cdc_valid_to):
+                tokens.append("deleted")
+        trail[key] = tokens
+    return trail
+
+
+def test_history_is_the_tail_of_the_source_trail_through_kills(mariadb, database, engine,
+                                                               make_pipeline):
+    rng = random.Random(int(os.environ.get("CDC_SQL_SEED", "11")))
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)", *AUDIT,
+                    "INSERT INTO items SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_3000",
+                    db=database)
+    pipeline = make_pipeline(f"- name: items\n  source: {database}.items\n  history: true",
+                             chunk_size=500)
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
+    writer = RandomWriter(mariadb, database, "items", 4000, seed=rng.randrange(2**32))
+    writer.start()
+    outcomes = []
+    try:
+        for point in [*faults.POINTS, rng.choice(faults.POINTS)]:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file, "--until-caught-up"],
+                env={**env, "CDC_SQL_KILL_AT": point}, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, start_new_session=True)
+            code = process.wait(timeout=300)
+            try:
+                os.killpg(process.pid, signal.SIGKILL)  # the binlog parser child, if left
+            except ProcessLookupError:
+                pass
+            assert code in (0, -signal.SIGKILL), process.stderr.read().decode()[-3000:]
+            outcomes.append((point, code))
+    finally:
+        writer.stop()
+    assert sum(code == -signal.SIGKILL for _, code in outcomes) >= len(faults.POINTS), outcomes
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
+    audit, history = audit_trail(mariadb, database), history_trail(engine, pipeline)
+    changed = 0
+    for key, tokens in history.items():
+        assert tokens == audit[key][-len(tokens):], f"history of id {key} is not the source's"
+        changed += len(tokens) > 1
+    assert changed > 100  # the writer's changes are in history, not only the snapshot
+    current = engine.read(history_path(str(pipeline.root), "items")).where("_cdc_current") \
+        .select("id", "v", "n").orderBy("id").collect()
+    silver = engine.read(silver_path(str(pipeline.root), "items")).select("id", "v", "n") \
+        .orderBy("id").collect()
+    assert current == silver
