@@ -65,6 +65,8 @@ def _property(hint: Any, rules: dict, required: bool = False) -> dict:
         if required:
             out["minLength"] = 1
         return {**doc, **out}
+    if hint is bool:
+        return {**doc, "type": "boolean"}
     number: dict = {"type": "integer" if hint is int else "number"}
     for rule in ("minimum", "maximum"):
         if rule in rules:

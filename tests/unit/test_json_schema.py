@@ -50,6 +50,7 @@ BAD = {
     "unknown engine mode": _with("engine", {"mode": "flink"}),
     "bad schema name": _with("target.schema", "silver tables"),
     "primary_key not a list": _with("tables.0.primary_key", {"id": 1}),
+    "history not true/false": _with("tables.0.history", "yes please"),
 }
 
 
