@@ -107,6 +107,17 @@ def test_duplicate_table_names(tmp_path):
     assert err.path == "tables[1].name" and "used twice" in str(err)
 
 
+def test_history_name_taken(tmp_path):
+    err = error_for(tmp_path, GOOD + "    history: true\n  - name: orders_history\n"
+                              "    source: shop.x\n")
+    assert err.path == "tables[0].history" and "tables[1] already uses" in str(err)
+
+
+def test_key_unique_across_shards_needs_shards(tmp_path):
+    err = error_for(tmp_path, GOOD + "    key_unique_across_shards: true\n")
+    assert err.path == "tables[0].key_unique_across_shards" and "regular-expression" in str(err)
+
+
 def test_bad_regex(tmp_path):
     err = error_for(tmp_path, GOOD.replace("source: shop.orders", "source: shop\\.orders_[0-9"))
     assert err.path == "tables[0].source" and "regular expression" in str(err)
