@@ -230,9 +230,10 @@ def snapshot_images_sql(root: str, source: SourceTable, splits_view: str) -> str
 def binlog_images_sql(root: str, source: SourceTable) -> str:
     return render(
         "binlog_images",
-        columns=", ".join(
-            f"{decode_sql(c, 'e.image[' + string_literal(c.name) + ']')} AS {quote(c.name)}"
-            for c in source.columns),
+        columns=",\n  ".join(
+            f"{decode_sql(c, _image_value(i, c.name))} AS {quote(c.name)}"
+            for i, c in enumerate(source.columns)),
+        names=f"array({', '.join(string_literal(c.name) for c in source.columns)})",
         source_table=string_literal(source.qualified),
         bronze_binlog=table_ref(bronze.binlog_path(root)),
     )
@@ -247,11 +248,16 @@ def candidates_sql(plan: SilverPlan, images_view: str) -> str:
     )
 
 
+def _image_value(position: int, name: str) -> str:
+    return (f"CASE WHEN e.in_order THEN e.image_values[{position}] "
+            f"ELSE e.image[{string_literal(name)}] END")
+
+
 def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
     return render(
         "silver_changes",
-        output=", ".join(quote(c) for c in (*plan.columns, "_cdc_remove")),
-        key=", ".join(quote(k) for k in plan.key),
+        output=", ".join(f"c.{quote(c)}" for c in (*plan.columns, "_cdc_remove")),
+        key_match=_key_match(plan, "c", "later"),
         candidates=quote(candidates_view),
     )
 
@@ -281,7 +287,10 @@ def history_merge_sql(root: str, plan: SilverPlan, versions_view: str) -> str:
 
 
 def _key_match(plan: SilverPlan, left: str, right: str) -> str:
-    return " AND ".join(f"{left}.{quote(k)} <=> {right}.{quote(k)}" for k in plan.key)
+    """Keys compare with `=`; with `<=>` only where a declared key may hold NULLs (a MERGE on
+    `<=>` is about 20% slower)."""
+    equals = "<=>" if any(s.key_nullable for s in plan.sources) else "="
+    return " AND ".join(f"{left}.{quote(k)} {equals} {right}.{quote(k)}" for k in plan.key)
 
 
 def merge_sql(root: str, plan: SilverPlan, changes_view: str) -> str:

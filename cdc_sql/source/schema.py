@@ -38,6 +38,7 @@ class SourceTable:
     name: str
     columns: tuple[Column, ...]
     key: tuple[str, ...]
+    key_nullable: bool = False  # a declared `primary_key:` may have NULLs; a real key has none
 
     @property
     def qualified(self) -> str:
@@ -114,7 +115,7 @@ def read_table(cur, db: str, name: str, declared_key: list[str] | tuple[str, ...
     for column in key:
         if column not in names:
             raise SourceError(f"primary_key column `{column}` does not exist in {db}.{name}")
-    return SourceTable(db, name, columns, key)
+    return SourceTable(db, name, columns, key, bool(nullable.intersection(key)))
 
 
 def _key(cur, db: str, name: str, nullable: set[str]) -> tuple[str, ...]:

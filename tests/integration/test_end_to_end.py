@@ -135,3 +135,20 @@ def test_table_without_primary_key_uses_unique_not_null_key(mariadb, database, e
     run(pipeline, engine)
     assert_silver_equals(engine, pipeline, "tags", mariadb, f"SELECT * FROM {database}.tags",
                          key="code")
+
+
+def test_declared_key_with_nulls_matches_null_to_null(mariadb, database, engine, make_pipeline):
+    """A declared `primary_key:` column may hold NULL (at most one row per NULL key, as the user
+    promises); its row must still be updated and deleted, not duplicated."""
+    mariadb.execute("CREATE TABLE notes (k INT NULL, body TEXT)",
+                    "INSERT INTO notes VALUES (1, 'one'), (NULL, 'none')", db=database)
+    pipeline = make_pipeline(f"- name: notes\n  source: {database}.notes\n  primary_key: [k]")
+    run(pipeline, engine)
+    mariadb.execute("UPDATE notes SET body = 'still none' WHERE k IS NULL", db=database)
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "notes", mariadb, f"SELECT * FROM {database}.notes",
+                         key="k")
+    mariadb.execute("DELETE FROM notes WHERE k IS NULL", db=database)
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "notes", mariadb, f"SELECT * FROM {database}.notes",
+                         key="k")
