@@ -21,7 +21,7 @@ from typing import Callable
 
 from sqlglot import exp
 
-from cdc_sql.source.schema import Column
+from cdc_sql.source.schema import GEOMETRY_TYPES, Column
 from cdc_sql.sql import quote as spark_quote
 
 FLOATS = ("float", "double")
@@ -60,6 +60,8 @@ def _mysql_text(o: Output) -> str:
                 f"DATE_FORMAT({c}, '%Y-%m-%d %H:%i:%s.%f'))")
     if t == "timestamp":
         return f"IF(UNIX_TIMESTAMP({c}) = 0, NULL, CAST(UNIX_TIMESTAMP({c}) * 1000000 AS SIGNED))"
+    if data_type in GEOMETRY_TYPES:
+        return f"HEX(ST_AsBinary({c}))"
     if t == "binary":
         return f"HEX({c})"
     return c

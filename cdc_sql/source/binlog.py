@@ -16,6 +16,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from pymysqlreplication.constants import NONE_SOURCE
+
 from cdc_sql.errors import SourceError
 from cdc_sql.source import mysql
 from cdc_sql.source.binlog_stream import StreamError, raw_events, raw_events_in_child
@@ -119,11 +121,11 @@ class BinlogReader:
         for index, row in enumerate(rows):
             offset = Offset(seq, pos, index).text
             if op == "c":
-                add(offset, "c", None, row["values"])
+                add(offset, "c", None, _values(row, ""))
             elif op == "d":
-                add(offset, "d", row["values"], None)
+                add(offset, "d", _values(row, ""), None)
             else:
-                before, after = row["before_values"], row["after_values"]
+                before, after = _values(row, "before_"), _values(row, "after_")
                 if any(before[k] != after[k] for k in table.key):  # key change: delete + insert
                     add(offset, "d", before, None)
                     add(offset, "c", None, after)
@@ -136,6 +138,16 @@ class BinlogReader:
                 "op": "ddl", "before": None, "after": None,
                 "commit_ts": dt.datetime.fromtimestamp(timestamp, _UTC), "gtid": "",
                 "statement": statement}
+
+
+def _values(row: dict, image: str) -> dict:
+    """A row image's values; an empty SET, which the library gives as None (telling it apart only
+    in `none_sources`), becomes '' as in a SELECT."""
+    values, nulls = row[f"{image}values"], row.get(f"{image}none_sources")
+    if not nulls:  # the usual case: no NULL at all
+        return values
+    empty = [name for name, why in nulls.items() if why == NONE_SOURCE.EMPTY_SET]
+    return {**values, **dict.fromkeys(empty, "")} if empty else values
 
 
 def _change(table: SourceTable, encoders: tuple, offset: str, op: str, before, after,

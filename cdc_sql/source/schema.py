@@ -51,6 +51,8 @@ class SourceTable:
         raise KeyError(name)
 
 
+GEOMETRY_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+                  "multipolygon", "geometrycollection"}
 _INTEGERS = {"tinyint": ("BYTE", "SHORT"), "smallint": ("SHORT", "INT"),
              "mediumint": ("INT", "INT"), "int": ("INT", "LONG"), "bigint": ("LONG", "DECIMAL(20,0)")}
 
@@ -77,8 +79,7 @@ def spark_type(c: Column) -> str:
         return "SHORT"
     if t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
         return "BINARY"
-    if t in ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-             "multipolygon", "geometrycollection"):
+    if t in GEOMETRY_TYPES:
         return "BINARY"
     return "STRING"  # char, varchar, text, enum, set, json, time
 

@@ -14,9 +14,10 @@ import json
 
 import pyarrow as pa
 
-from cdc_sql.source.schema import Column
+from cdc_sql.source.schema import GEOMETRY_TYPES, Column
 
 _EPOCH = dt.datetime(1970, 1, 1)
+
 _WIDE = decimal.Context(prec=100)  # DECIMAL(65,30) needs more than the default 28 digits
 _ARROW = {
     "BYTE": pa.int8(), "SHORT": pa.int16(), "INT": pa.int32(), "LONG": pa.int64(),
@@ -45,6 +46,8 @@ def normalize(column: Column, value):
             number = int.from_bytes(value, "big")
         width = column.precision or 1
         return number if width <= 63 else number.to_bytes(8, "big")
+    if t in GEOMETRY_TYPES:  # MySQL's internal form: a 4-byte SRID, then WKB
+        return (value.encode("latin1") if isinstance(value, str) else bytes(value))[4:]
     if t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
         data = value.encode("latin1") if isinstance(value, str) else bytes(value)
         if t == "binary" and column.length:
