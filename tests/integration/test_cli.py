@@ -22,7 +22,7 @@ def test_plan_shows_splits_and_sql(pipeline, capsys):
     assert main(["plan", pipeline.file]) == 0
     out = capsys.readouterr().out
     assert "3 snapshot splits" in out and "split 0: [None, (1001,))" in out
-    assert "MERGE INTO delta.`" in out and "ROW_NUMBER() OVER (PARTITION BY `id`" in out
+    assert "MERGE INTO delta.`" in out and "LEFT ANTI JOIN `cdc_candidates_big` AS later" in out
     assert "COALESCE(`amount` > 10, FALSE)" in out
 
 
