@@ -22,6 +22,7 @@ from cdc_sql.sql import quote, string_literal
 log = logging.getLogger(__name__)
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
 _MAX_SLICE_BYTES = 32 * 2**20
+EVOLVE_MARK = "cdc-sql: schema change"  # commit metadata of cdc-sql's own schema changes
 
 
 def _writer_properties():
@@ -110,6 +111,107 @@ class Engine:
         self.spark.createDataFrame(table, _spark_schema(schema)).write.format("delta") \
             .mode("overwrite").save(str(path))
 
+    # -- schema changes after a source DDL, in commits marked as cdc-sql's own (EVOLVE_MARK),
+    # which the hand-change check lets pass. delta-rs where the table is on our file system
+    # (Sail 0.7 has no ALTER TABLE, and an empty mergeSchema append commits nothing), Spark
+    # SQL elsewhere.
+    def add_columns(self, path: str, fields: list) -> None:
+        """Add nullable columns (Spark StructFields)."""
+        if "://" not in str(path):
+            from deltalake import DeltaTable, write_deltalake
+            from pyspark.sql.pandas.types import to_arrow_type
+
+            table = DeltaTable(str(path))
+            schema = pa.schema(table.schema().to_arrow())
+            for f in fields:
+                schema = schema.append(pa.field(f.name, to_arrow_type(f.dataType), True))
+            self._allow_ntz(table, schema)
+            write_deltalake(str(path), schema.empty_table(), mode="append", schema_mode="merge",
+                            commit_properties=_marked())
+            return
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+        self._marked_sql(f"ALTER TABLE {table_ref(path)} ADD COLUMNS ({columns})")
+
+    def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
+        """Rewrite the table in one commit, streaming: columns in `widen` (name -> Spark type)
+        cast to it, and columns in `add` ((name, Spark type, column to copy or None)) added."""
+        if "://" not in str(path):
+            from deltalake import DeltaTable, write_deltalake
+            from pyspark.sql.pandas.types import to_arrow_type
+
+            table = DeltaTable(str(path))
+            dataset = table.to_pyarrow_dataset()
+            schema = pa.schema([f.with_type(to_arrow_type(widen[f.name])) if f.name in widen
+                                else f for f in dataset.schema])
+            for name, data_type, _ in add:
+                schema = schema.append(pa.field(name, to_arrow_type(data_type), True))
+            self._allow_ntz(table, schema)
+
+            def batches():
+                for batch in dataset.to_batches():
+                    columns = {f.name: batch.column(f.name) for f in dataset.schema}
+                    for name, data_type, source in add:
+                        columns[name] = columns[source] if source else \
+                            pa.nulls(batch.num_rows, to_arrow_type(data_type))
+                    yield pa.RecordBatch.from_arrays(
+                        [columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+            write_deltalake(str(path), pa.RecordBatchReader.from_batches(schema, batches()),
+                            mode="overwrite", schema_mode="overwrite", commit_properties=_marked(),
+                            writer_properties=_writer_properties())
+            return
+        from pyspark.sql import functions as F
+
+        table = self.read(path)
+        table.select(*(F.col(c).cast(widen[c]).alias(c) if c in widen else F.col(c)
+                       for c in table.columns),
+                     *((F.col(source) if source else F.lit(None)).cast(t).alias(name)
+                       for name, t, source in add)) \
+            .write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .option("userMetadata", EVOLVE_MARK).save(str(path))
+
+    @staticmethod
+    def _allow_ntz(table, schema: pa.Schema) -> None:
+        """delta-rs writes TIMESTAMP_NTZ columns without declaring the table feature readers
+        (Sail) require: declare it first."""
+        declared = table.protocol().writer_features or []
+        if "timestampNtz" not in declared and \
+                any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in schema):
+            from deltalake import TableFeatures
+
+            table.alter.add_feature(TableFeatures.TimestampWithoutTimezone,
+                                    allow_protocol_versions_increase=True,
+                                    commit_properties=_marked())
+
+    def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None:
+        """DELETE the rows matching every (column, operator, value) of `where`."""
+        if "://" not in str(path):
+            from deltalake import DeltaTable
+
+            DeltaTable(str(path)).delete(_predicate(where, _df_quote), commit_properties=_marked())
+            return
+        self._marked_sql(f"DELETE FROM {table_ref(path)} WHERE {_predicate(where, quote)}")
+
+    def update_rows(self, path: str, values: dict[str, str], where: list[tuple[str, str, str]]) -> None:
+        """UPDATE columns to values (text, or None for NULL) in rows matching `where`."""
+        if "://" not in str(path):
+            from deltalake import DeltaTable
+
+            DeltaTable(str(path)).update(
+                updates={_df_quote(c): _literal(v) for c, v in values.items()},
+                predicate=_predicate(where, _df_quote), commit_properties=_marked())
+            return
+        assignments = ", ".join(f"{quote(c)} = {_literal(v)}" for c, v in values.items())
+        self._marked_sql(f"UPDATE {table_ref(path)} SET {assignments} WHERE "
+                         f"{_predicate(where, quote)}")
+
+    def _marked_sql(self, statement: str) -> None:
+        self.spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", EVOLVE_MARK)
+        try:
+            self.spark.sql(statement).collect()
+        finally:
+            self.spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+
     # -- what Sail lacks, done through delta-rs where the table is on our file system ---------
     def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None:
         """(version, operation, version restored to or '') of the table's commits after
@@ -121,14 +223,16 @@ class Engine:
             table = DeltaTable(str(path))
             count = table.version() - after_version
             commits = table.history(count) if count > 0 else []
-            rows = [(c["version"], c.get("operation"), c.get("operationParameters")) for c in commits]
+            rows = [(c["version"], c.get("operation"), c.get("operationParameters"),
+                     c.get("userMetadata")) for c in commits]
         elif self.mode == "sail":
             return None
         else:
-            rows = [(r["version"], r["operation"], r["operationParameters"]) for r in
-                    self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)}").collect()]
-        return sorted((int(v), str(op), str((params or {}).get("version", "")))
-                      for v, op, params in rows if int(v) > after_version)
+            rows = [(r["version"], r["operation"], r["operationParameters"], r["userMetadata"])
+                    for r in self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)}").collect()]
+        return sorted((int(v), EVOLVE_MARK if mark == EVOLVE_MARK else str(op),
+                       str((params or {}).get("version", "")))
+                      for v, op, params, mark in rows if int(v) > after_version)
 
     def version(self, path: str) -> int | None:
         if "://" not in str(path):
@@ -176,6 +280,31 @@ class Engine:
             if self._server is not None:
                 self._server.stop()
                 self._server = None
+
+
+def _marked():
+    from deltalake import CommitProperties
+
+    return CommitProperties(custom_metadata={"userMetadata": EVOLVE_MARK})
+
+
+def _predicate(where: list[tuple[str, str, str]], quote_name) -> str:
+    """Conditions on columns, values as SQL literals (the same in Spark SQL and DataFusion)."""
+    assert all(op in ("<", "=", "<=", "IS") for _, op, _ in where)
+    return " AND ".join(f"{quote_name(c)} {op} {_literal(v)}" for c, op, v in where) or "TRUE"
+
+
+def _literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    return string_literal(str(value))
+
+
+def _df_quote(name: str) -> str:
+    """An identifier in delta-rs (DataFusion) SQL."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _stats_configuration(schema: pa.Schema) -> dict | None:

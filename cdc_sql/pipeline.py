@@ -10,6 +10,7 @@ anywhere is finished by the next one.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -141,6 +142,7 @@ class Runner:
         self.changed_tables: set[str] = set()
         self.batches: list[dict] = []  # every bronze and silver commit: rows, seconds (metrics)
         self.registered: set[str] = set()  # silver tables registered by name in this run
+        self.schema_changed: list[str] = []  # tables a DDL changed in the last capture pass
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, until_caught_up: bool = True, poll_seconds: float = 1.0) -> dict:
@@ -160,10 +162,16 @@ class Runner:
                 checkpoint = self.state.load()
                 with timed(summary, "capture"):
                     captured = self.capture(view, checkpoint, view.end)
+                if self.schema_changed:  # capture stopped after a DDL: merge and go on with
+                    view = dataclasses.replace(  # the new definitions (projections checked again)
+                        inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at)
                 with timed(summary, "merge"):
                     merged = self.merge(view, self.state.load())
                 summary["captured_changes"] = summary.get("captured_changes", 0) + captured
                 summary["merged_tables"] = sorted(set(summary.get("merged_tables", [])) | set(merged))
+                if self.schema_changed:
+                    self.schema_changed = []
+                    continue
                 if until_caught_up or self.stop.wait(poll_seconds):
                     break
                 view = self._refresh_end(view)
@@ -247,11 +255,15 @@ class Runner:
         offset = watermark.offset.text if read.watermark.resolved else ""
         rows = bronze.write_split(self.engine, self.root, table, read.batches, split.split_id,
                                   attempt, offset, read_at, on_batch=progress.add_rows)
+        # A position after the read: the rows hold no change from after it (with a reader in
+        # the watermark's own snapshot, the watermark itself). History starts past every one.
+        in_snapshot = read.reader == "pymysql" and read.watermark.exact
+        read_end = watermark if in_snapshot else _binlog_end(self.pipeline.source)
         self.state.write(("split", split.name, {
             **split.to_json(), "status": "done", "attempt": attempt, "rows": rows,
             "watermark": offset or None, "watermark_position": str(watermark),
             "watermark_gtid": read.watermark.gtid_set, "watermark_exact": read.watermark.exact,
-            "reader": read.reader}))
+            "reader": read.reader, "read_end": read_end.offset.text}))
         progress.split_done()
         return rows
 
@@ -275,7 +287,8 @@ class Runner:
         marks = GtidWatermarks({name: GtidSet.parse(s["watermark_gtid"])
                                 for name, s in pending.items()})
         reader = BinlogReader(self.pipeline.source, view.source_tables, start, stop_at,
-                              gtid_marks=marks)
+                              gtid_marks=marks, matches=lambda db, table: any(
+                                  spec.matches(db, table) for spec in self.pipeline.tables))
         source = self.pipeline.source
         changes: list[dict] = []
         total, size, last_flush = 0, 0, time.monotonic()
@@ -299,7 +312,11 @@ class Runner:
                                  pending, marks)
         finally:
             reader.close()
+        self.schema_changed = reader.schema_changed
         log.info("binlog: %d changes captured, now at %s", total, reader.position)
+        if self.schema_changed:
+            log.info("binlog: DDL on %s at %s; reading the tables' definitions again",
+                     ", ".join(self.schema_changed), reader.position)
         return total
 
     def _flush(self, changes: list[dict], position: Position, source_time: str | None,
@@ -345,6 +362,10 @@ class Runner:
                                      for s in splits):
                     continue  # snapshot unfinished, or a GTID watermark not yet resolved
                 highest = max(s["watermark"] for s in splits)
+                if plan.spec.history:  # history starts where every split's read had ended
+                    highest = history_start = max(highest, *(s.get("read_end", "") for s in splits))
+                else:
+                    history_start = None
                 if snapshot_only:
                     upto = highest
                 elif not capture or capture_offset(capture) < highest:
@@ -355,7 +376,7 @@ class Runner:
                 for s in splits:
                     done.setdefault(s["source_table"], []).append(
                         (s["split_id"], s["attempt"], s["watermark"]))
-                merge_batch(self.engine, self.root, plan, "", upto, done)
+                merge_batch(self.engine, self.root, plan, "", upto, done, history_start)
             source_time = capture.get("source_time") if capture and upto == capture_offset(
                 capture) else None
             self.state.write(("table", plan.spec.name, {
@@ -386,6 +407,11 @@ class Runner:
         return self.captured_from is not None and self.captured_from <= applied and \
             not any(t.qualified in self.changed_tables for t in plan.sources) and \
             all(self.engine.exists(p) for p in owned_tables(self.root, plan.spec).values())
+
+
+def _binlog_end(source) -> Position:
+    with mysql.cursor(source) as cur:
+        return binary_log_status(cur)[0]
 
 
 def capture_offset(capture: dict) -> str:

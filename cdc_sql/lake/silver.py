@@ -8,14 +8,17 @@ State records P := U only after the MERGE commits; a rerun of the same window is
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 
 from cdc_sql import faults
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
-from cdc_sql.engine import table_ref
+from cdc_sql.engine import EVOLVE_MARK, table_ref
 from cdc_sql.errors import ConfigError, SourceError, StateError
 from cdc_sql.lake import bronze
+from cdc_sql.source import ddl
+from cdc_sql.source.offsets import Offset
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.values import decode_sql
 from cdc_sql.sql import quote, render, string_literal
@@ -62,7 +65,8 @@ class SilverPlan:
 def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) -> SilverPlan:
     if not sources:
         raise SourceError(f"{file}: tables[{index}] (`{spec.name}`): no source table matches "
-                          f"`{spec.source}`")
+                          f"`{spec.source}` (if it was dropped or renamed, silver keeps its last "
+                          f"rows: remove the entry from the pipeline, or restore the table)")
     first = sources[0]
     for other in sources[1:]:
         if [c.name for c in other.columns] != [c.name for c in first.columns] or \
@@ -89,7 +93,9 @@ def staging_path(root: str, name: str) -> str:
     return f"{root}/_staging/{name}"
 
 
-CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END")  # commits that keep every row
+# Commits that keep every row as it is: compaction, vacuum, and cdc-sql adding columns after a
+# source DDL (they hold NULL until a MERGE writes them).
+CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK)
 
 
 def owned_tables(root: str, spec: Table) -> dict[str, str]:
@@ -108,9 +114,9 @@ def owned_versions(engine, root: str, spec: Table) -> dict[str, int | None]:
 
 def check_untouched(engine, root: str, spec: Table, table_state: dict) -> None:
     """Refuse to merge over a silver (or history) table someone else changed since our last
-    commit. Allowed after it: compaction and vacuum (content unchanged), a RESTORE back to
-    content we wrote, and one final MERGE (ours, when a run died between its MERGE and the state
-    commit; replaying the window is harmless)."""
+    commit. Allowed after it: compaction and vacuum (content unchanged), cdc-sql's own marked
+    schema changes, a RESTORE back to content we wrote, and one final MERGE (ours, when a run
+    died between its MERGE and the state commit; replaying the window is harmless)."""
     for key, path in owned_tables(root, spec).items():
         recorded = table_state.get(key)
         if recorded is not None and engine.exists(path):
@@ -130,8 +136,11 @@ def _check_commits(engine, root: str, label: str, path: str, recorded: int) -> N
             foreign.append((version, operation))
         if not foreign:
             ours.add(version)
-    if not foreign or foreign == [commits[-1][:2]] and foreign[0][1] == "MERGE":
+    if not foreign:
         return
+    if len(foreign) == 1 and foreign[0][1] == "MERGE" and all(
+            op == EVOLVE_MARK for v, op, _ in commits if v > foreign[0][0]):
+        return  # our last batch (its MERGE, then its TRUNCATEs), before a crash
     shown = ", ".join(f"version {v}: {op}" for v, op in foreign)
     raise StateError(
         f"{label} ({path}) was changed outside cdc-sql after its version "
@@ -142,13 +151,16 @@ def _check_commits(engine, root: str, label: str, path: str, recorded: int) -> N
 
 
 def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
-                done_splits: dict[str, list[tuple[int, str, str]]] | None) -> None:
+                done_splits: dict[str, list[tuple[int, str, str]]] | None,
+                history_start: str | None = None) -> None:
     """MERGE the window (after, upto] (and, on the first batch, the done splits) into silver,
-    then into its history table when the pipeline keeps one."""
+    then into its history table when the pipeline keeps one. History starts at `history_start`
+    on the first batch: an offset past which no split's rows hold a change (default: the
+    highest watermark, right when every reader read in its watermark's snapshot)."""
     spark = engine.spark
     name = plan.spec.name
     images = f"cdc_images_{name}"
-    parts = []
+    parts, renames = [], {}
     for i, source in enumerate(plan.sources):
         if done_splits is not None:
             splits_view = f"{images}_{i}_splits"
@@ -158,8 +170,9 @@ def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
             spark.sql(snapshot_images_sql(root, source, splits_view)) \
                 .createOrReplaceTempView(f"{images}_{i}_s")
             parts.append(f"{images}_{i}_s")
-        spark.sql(binlog_images_sql(root, source),
-                  args={"db": source.db, "tbl": source.name, "after": after, "upto": upto}) \
+        window = {"db": source.db, "tbl": source.name, "after": after, "upto": upto}
+        renames.update(window_renames(engine, root, window))
+        spark.sql(binlog_images_sql(root, source, renames), args=window) \
             .createOrReplaceTempView(f"{images}_{i}_b")
         parts.append(f"{images}_{i}_b")
     spark.sql(" UNION ALL ".join(f"SELECT * FROM {quote(p)}" for p in parts)) \
@@ -174,13 +187,99 @@ def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
     if plan.spec.history and not engine.exists(history_path(root, name)):
         # Seeded before silver moves: a history turned on later starts from silver as it stands.
         engine.append(_history_seed(engine.read(path), plan), history_path(root, name))
+    dropped = evolve(engine, path, plan, changes.drop("_cdc_remove").schema, renames)
+    if plan.spec.history:
+        evolve(engine, history_path(root, name), plan, changes.drop("_cdc_remove").schema, renames)
     changes.createOrReplaceTempView(f"cdc_changes_{name}")
-    spark.sql(merge_sql(root, plan, f"cdc_changes_{name}")).collect()
+    spark.sql(merge_sql(root, plan, f"cdc_changes_{name}", dropped)).collect()
     faults.point("silver.merged")
     if plan.spec.history:
-        merge_history(engine, root, plan, candidates,
-                      start=max((w for splits in done_splits.values() for _, _, w in splits),
-                                default="") if done_splits is not None else after)
+        if done_splits is None:
+            history_start = after
+        elif history_start is None:
+            history_start = max((w for splits in done_splits.values() for _, _, w in splits),
+                                default="")
+        merge_history(engine, root, plan, candidates, start=history_start)
+    apply_truncates(engine, root, plan, after, upto)
+
+
+def window_renames(engine, root: str, window: dict) -> dict[str, list[str]]:
+    """Columns a DDL in the window renamed: new name -> its earlier names, newest first."""
+    statements = engine.spark.sql(
+        render("window_ddl", bronze_binlog=table_ref(bronze.binlog_path(root))), args=window).collect()
+    earlier: dict[str, list[str]] = {}
+    for _, statement in statements:
+        for old, new in ddl.renamed_columns(statement):
+            earlier[new] = [old, *earlier.pop(old, [])]
+    return earlier
+
+
+def apply_truncates(engine, root: str, plan: SilverPlan, after: str, upto: str) -> None:
+    """Rows a TRUNCATE in the window removed leave silver (the MERGE kept later changes), and
+    their history versions end there."""
+    for source in plan.sources:
+        found = engine.spark.sql(
+            render("last_truncate", bronze_binlog=table_ref(bronze.binlog_path(root))),
+            args={"db": source.db, "tbl": source.name, "after": after, "upto": upto}).collect()
+        if not found:
+            continue
+        truncated_at, truncated_ts = found[0]
+        Offset.parse(truncated_at)  # ours, as written by capture
+        shard = [("_cdc_source_table", "=", source.qualified)] if plan.sharded else []
+        engine.delete_rows(silver_path(root, plan.spec.name),
+                           [("_cdc_offset", "<", truncated_at), *shard])
+        if plan.spec.history:
+            engine.update_rows(history_path(root, plan.spec.name),
+                               {"_cdc_valid_to": truncated_at, "_cdc_current": False,
+                                "_cdc_valid_to_ts": truncated_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
+                               [("_cdc_current", "=", True),
+                                ("_cdc_valid_from", "<", truncated_at), *shard])
+
+
+def evolve(engine, path: str, plan: SilverPlan, changes_schema,
+           renames: dict[str, list[str]]) -> list[str]:
+    """Bring a silver (or history) table's columns up to the source's after a DDL, in one
+    commit marked as cdc-sql's own: columns added there are added (NULL in older rows); a
+    renamed column is added under its new name, filled from the old one; a widened type (INT to
+    BIGINT, more DECIMAL digits, FLOAT to DOUBLE) is rewritten. Columns dropped there stay, and
+    their names are returned (NULL from now on). Any other type change stops the table."""
+    from pyspark.sql.types import StructField
+
+    current = {f.name: f.dataType for f in engine.read(path).schema.fields}
+    wanted = {f.name: f for f in changes_schema.fields}
+    widened = {}
+    for name, field_ in wanted.items():
+        if name in current and current[name] != field_.dataType:
+            if not widens(current[name], field_.dataType):
+                raise SourceError(
+                    f"column `{name}` of {plan.spec.name} changed type in the source, from "
+                    f"{current[name].simpleString()} to {field_.dataType.simpleString()}, which "
+                    f"is not a widening cdc-sql can apply to {path}. Re-snapshot the table: "
+                    f"remove {path} and its `table` entry's state (or the whole target.path), "
+                    f"then run")
+            widened[name] = field_.dataType
+    added = [(f.name, f.dataType, next((old for old in renames.get(f.name, []) if old in current),
+                                       None)) for name, f in wanted.items() if name not in current]
+    if widened or any(source for _, _, source in added):
+        engine.reshape(path, widened, added)  # one commit: a crash leaves all or nothing
+    elif added:
+        engine.add_columns(path, [StructField(name, t, True) for name, t, _ in added])
+    return [name for name in current if name not in wanted and not name.startswith("_cdc_")]
+
+
+def widens(old, new) -> bool:
+    """Every value of Spark type `old` is exactly a value of `new`."""
+    from pyspark.sql import types as T
+
+    digits = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
+    order = list(digits)
+    if type(old) in digits and type(new) in digits:
+        return order.index(type(old)) <= order.index(type(new))
+    if type(old) in digits and isinstance(new, T.DecimalType):
+        return new.precision - new.scale >= digits[type(old)]
+    if isinstance(old, T.DecimalType) and isinstance(new, T.DecimalType):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    return isinstance(old, T.FloatType) and isinstance(new, T.DoubleType)
 
 
 def merge_history(engine, root: str, plan: SilverPlan, candidates: str, start: str) -> None:
@@ -213,6 +312,8 @@ def _staged(engine, staging: str, df):
     a query may evaluate it more than once (Sail 0.7 does: 4.3 s instead of 1.5 s for 200k
     changes), and a history batch reads the table it merges into. A crash after staging just
     stages again."""
+    if "://" not in staging:  # a fresh table each time: Sail cannot overwrite one whose
+        shutil.rmtree(staging, ignore_errors=True)  # schema gains a column with a table feature
     df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(staging)
     return engine.read(staging)
 
@@ -227,12 +328,14 @@ def snapshot_images_sql(root: str, source: SourceTable, splits_view: str) -> str
     )
 
 
-def binlog_images_sql(root: str, source: SourceTable) -> str:
+def binlog_images_sql(root: str, source: SourceTable,
+                      renames: dict[str, list[str]] | None = None) -> str:
+    """`renames`: column -> its earlier names, for images written before a RENAME COLUMN."""
     return render(
         "binlog_images",
         columns=",\n  ".join(
-            f"{decode_sql(c, _image_value(i, c.name))} AS {quote(c.name)}"
-            for i, c in enumerate(source.columns)),
+            f"{decode_sql(c, _image_value(i, c.name, (renames or {}).get(c.name, [])))} "
+            f"AS {quote(c.name)}" for i, c in enumerate(source.columns)),
         names=f"array({', '.join(string_literal(c.name) for c in source.columns)})",
         source_table=string_literal(source.qualified),
         bronze_binlog=table_ref(bronze.binlog_path(root)),
@@ -248,9 +351,10 @@ def candidates_sql(plan: SilverPlan, images_view: str) -> str:
     )
 
 
-def _image_value(position: int, name: str) -> str:
-    return (f"CASE WHEN e.in_order THEN e.image_values[{position}] "
-            f"ELSE e.image[{string_literal(name)}] END")
+def _image_value(position: int, name: str, earlier: list[str]) -> str:
+    by_name = "".join(f"WHEN array_contains(map_keys(e.image), {string_literal(n)}) "
+                      f"THEN e.image[{string_literal(n)}] " for n in [name, *earlier])
+    return f"CASE WHEN e.in_order THEN e.image_values[{position}] {by_name}END"
 
 
 def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
@@ -293,14 +397,16 @@ def _key_match(plan: SilverPlan, left: str, right: str) -> str:
     return " AND ".join(f"{left}.{quote(k)} {equals} {right}.{quote(k)}" for k in plan.key)
 
 
-def merge_sql(root: str, plan: SilverPlan, changes_view: str) -> str:
+def merge_sql(root: str, plan: SilverPlan, changes_view: str, dropped: list[str] = ()) -> str:
+    """`dropped`: silver columns the source no longer has; an update sets them NULL."""
     columns = [quote(c) for c in plan.columns]
     return render(
         "silver_merge",
         silver=table_ref(silver_path(root, plan.spec.name)),
         changes=quote(changes_view),
         key_match=_key_match(plan, "t", "s"),
-        assignments=", ".join(f"t.{c} = s.{c}" for c in columns),
+        assignments=", ".join([*(f"t.{c} = s.{c}" for c in columns),
+                               *(f"t.{quote(c)} = NULL" for c in dropped)]),
         columns=", ".join(columns),
         values=", ".join(f"s.{c}" for c in columns),
     )
@@ -322,8 +428,8 @@ def describe_sql(root: str, plan: SilverPlan) -> str:
                   f"{staging_path(root, name)}", changes_sql(plan, candidates)))
     steps.append(("the MERGE into silver", merge_sql(root, plan, f"cdc_changes_{name}")))
     if plan.spec.history:
-        steps.append((f"cdc_versions_{name}: the history versions (:start is the highest split "
-                      f"watermark on the first batch, the applied offset after), written to "
+        steps.append((f"cdc_versions_{name}: the history versions (:start is past every "
+                      f"split's read on the first batch, the applied offset after), written to "
                       f"{staging_path(root, name + '_history')}",
                       history_versions_sql(root, plan, candidates)))
         steps.append(("the MERGE into history", history_merge_sql(root, plan, f"cdc_versions_{name}")))

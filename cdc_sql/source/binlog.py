@@ -19,12 +19,12 @@ from typing import Iterator
 from pymysqlreplication.constants import NONE_SOURCE
 
 from cdc_sql.errors import SourceError
-from cdc_sql.source import mysql
+from cdc_sql.source import ddl, mysql
 from cdc_sql.source.binlog_stream import StreamError, raw_events, raw_events_in_child
 from cdc_sql.source.gtid import GtidWatermarks
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.schema import SourceTable
-from cdc_sql.source.values import text_encoder
+from cdc_sql.source.values import encode, text_encoder
 
 log = logging.getLogger(__name__)
 _UTC = dt.timezone.utc
@@ -46,8 +46,11 @@ def stream_settings(source) -> dict:
 class BinlogReader:
     def __init__(self, source, tables: list[SourceTable], start: Position,
                  stop_at: Position | None, blocking: bool = False, connect_attempts: int = 5,
-                 gtid_marks: GtidWatermarks | None = None, parse_in_child: bool = True):
+                 gtid_marks: GtidWatermarks | None = None, parse_in_child: bool = True,
+                 matches=lambda db, table: False):
         self.source = source
+        self._matches = matches  # does a pipeline table want db.table (a new shard, say)?
+        self.schema_changed: list[str] = []  # tables a DDL changed: the pass ended after it
         self.tables = {(t.db, t.name): t for t in tables}
         self.encoders = {(t.db, t.name): tuple((c.name, text_encoder(c)) for c in t.columns)
                          for t in tables}
@@ -88,10 +91,14 @@ class BinlogReader:
                     yield self._finish(current, end, ts)
                     current = Transaction()
                 elif kind == "query" and payload[1].strip().upper() != "BEGIN":
-                    if payload[0] in self.schemas:  # DDL commits by itself
-                        current.changes.append(self._ddl(payload, file, end_pos, ts))
+                    touched = self._captured_in(*payload)
+                    if payload[0] in self.schemas or touched:  # DDL commits by itself
+                        current.changes.append(self._ddl(payload, file, end_pos, ts, touched))
                     yield self._finish(current, end, ts)
                     current = Transaction()
+                    if touched:  # the next pass reads with the tables' new definitions
+                        self.schema_changed = sorted(f"{db}.{t}" for db, t in touched)
+                        return
                 previous_end = end
                 if self.stop_at and self.position.offset >= self.stop_at.offset and \
                         not current.changes and not self.gtid_marks.pending:
@@ -112,6 +119,12 @@ class BinlogReader:
         if table is None:
             return
         encoders = self.encoders[(schema, table_name)]
+        first = rows[0] if rows else {}
+        names = list((first["values"] if "values" in first else first.get("before_values", {})))
+        if names != [name for name, _ in encoders]:
+            # Written under another definition (a DDL this pass has not reached, or one made
+            # while cdc-sql was stopped): images keep the event's own column names.
+            encoders = _encoders_by_name(dict(encoders), names)
         commit_ts = dt.datetime.fromtimestamp(timestamp, _UTC)
         seq = file_sequence(file)
         def add(offset: str, op_: str, before, after) -> None:
@@ -132,12 +145,36 @@ class BinlogReader:
                 else:
                     add(offset, "u", before, after)
 
-    def _ddl(self, payload, file: str, pos: int, timestamp: int) -> dict:
+    def _captured_in(self, schema: str, statement: str) -> set[tuple[str, str]]:
+        """The captured tables (db, table) a DDL statement may change."""
+        named = ddl.touched_tables(statement, schema or "")
+        if named is None:
+            return {key for key in self.tables if key[0] == schema}
+        captured = {(db.lower(), t.lower()): (db, t) for db, t in self.tables}
+        new_matches = {key for key in named if self._matches(*key) and key not in captured}
+        return {captured[key] for key in named if key in captured} | new_matches
+
+    def _ddl(self, payload, file: str, pos: int, timestamp: int,
+             touched: set[tuple[str, str]]) -> dict:
         schema, statement = payload
-        return {"offset": Offset(file_sequence(file), pos, 0).text, "db": schema, "tbl": "",
-                "op": "ddl", "before": None, "after": None,
+        truncated = len(touched) == 1 and ddl.is_truncate(statement)
+        db, table = next(iter(touched)) if len(touched) == 1 else (schema, "")
+        return {"offset": Offset(file_sequence(file), pos, 0).text, "db": db, "tbl": table,
+                "op": "truncate" if truncated else "ddl", "before": None, "after": None,
                 "commit_ts": dt.datetime.fromtimestamp(timestamp, _UTC), "gtid": "",
                 "statement": statement}
+
+
+def _encoders_by_name(known: dict, names: list[str]) -> tuple:
+    """Encoders for an event's columns: the table's own where the name is known, else one that
+    goes by the value's Python type."""
+    return tuple((name, known.get(name) or _untyped_text) for name in names)
+
+
+def _untyped_text(value) -> str | None:
+    if isinstance(value, (set, frozenset)):
+        return ",".join(sorted(value))
+    return encode(None, value)
 
 
 def _values(row: dict, image: str) -> dict:

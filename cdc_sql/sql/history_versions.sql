@@ -1,8 +1,9 @@
 -- The rows a batch adds to <name>_history (SCD type 2), from the batch's candidates.
--- History starts at :start (the highest split watermark on the first batch, where the whole
--- table is known; the applied offset after that): the state then is the last candidate per key
--- at or before :start (silver's rule), followed by every change after it. A version lasts from
--- its change to the key's next change; valid_to NULL means current.
+-- History starts at :start (on the first batch, a binlog offset past the end of every split's
+-- read, so no snapshot row holds a later change; the applied offset after that): the state
+-- then is the last candidate per key at or before :start (silver's rule), followed by every
+-- change after it. A version lasts from its change to the key's next change; valid_to NULL
+-- means current.
 WITH changes AS (
   SELECT * FROM (
     SELECT

@@ -99,7 +99,10 @@ def test_history_is_the_tail_of_the_source_trail_through_kills(mariadb, database
     audit, history = audit_trail(mariadb, database), history_trail(engine, pipeline)
     changed = 0
     for key, tokens in history.items():
-        assert tokens == audit[key][-len(tokens):], f"history of id {key} is not the source's"
+        assert tokens == audit[key][-len(tokens):], (
+            f"history of id {key} is not the source's: {tokens} vs {audit[key]}\n" + "\n".join(
+                map(str, engine.read(history_path(str(pipeline.root), "items")).where(f"id = {key}")
+                    .orderBy("_cdc_valid_from").collect())))
         changed += len(tokens) > 1
     assert changed > 100  # the writer's changes are in history, not only the snapshot
     current = engine.read(history_path(str(pipeline.root), "items")).where("_cdc_current") \

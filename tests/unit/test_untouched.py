@@ -3,6 +3,7 @@ import pytest
 
 from cdc_sql.errors import StateError
 from cdc_sql.config.model import Table
+from cdc_sql.engine import EVOLVE_MARK
 from cdc_sql.lake.silver import check_untouched
 
 TABLE = Table(name="t", source="db.t")
@@ -26,6 +27,7 @@ class History:
     [(6, "OPTIMIZE", ""), (7, "MERGE", "")],
     [(6, "DELETE", ""), (7, "RESTORE", "5")],  # undone
     [(6, "OPTIMIZE", ""), (7, "UPDATE", ""), (8, "RESTORE", "6")],
+    [(6, EVOLVE_MARK, ""), (7, "MERGE", ""), (8, EVOLVE_MARK, "")],  # a DDL batch, crashed
 ])
 def test_allowed(commits):
     check_untouched(History(commits), "/r", TABLE, {"silver_version": 5})
@@ -38,6 +40,7 @@ def test_allowed(commits):
     [(6, "ADD COLUMNS", "")],
     [(6, "UPDATE", ""), (7, "RESTORE", "6")],  # restored to the changed version
     [(6, "WRITE", ""), (7, "RESTORE", "4")],   # older than what we last wrote
+    [(6, "MERGE", ""), (7, EVOLVE_MARK, ""), (8, "DELETE", "")],
 ])
 def test_refused(commits):
     with pytest.raises(StateError, match="changed outside cdc-sql after its version 5"):
