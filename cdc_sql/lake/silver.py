@@ -160,7 +160,7 @@ def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
     spark = engine.spark
     name = plan.spec.name
     images = f"cdc_images_{name}"
-    parts, renames = [], {}
+    parts, renames, schema_events = [], {}, {}
     for i, source in enumerate(plan.sources):
         if done_splits is not None:
             splits_view = f"{images}_{i}_splits"
@@ -171,7 +171,9 @@ def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
                 .createOrReplaceTempView(f"{images}_{i}_s")
             parts.append(f"{images}_{i}_s")
         window = {"db": source.db, "tbl": source.name, "after": after, "upto": upto}
-        renames.update(window_renames(engine, root, window))
+        schema_events[source.qualified] = spark.sql(render(
+            "window_ddl", bronze_binlog=table_ref(bronze.binlog_path(root))), args=window).collect()
+        renames.update(renamed_columns(schema_events[source.qualified]))
         spark.sql(binlog_images_sql(root, source, renames), args=window) \
             .createOrReplaceTempView(f"{images}_{i}_b")
         parts.append(f"{images}_{i}_b")
@@ -200,30 +202,27 @@ def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
             history_start = max((w for splits in done_splits.values() for _, _, w in splits),
                                 default="")
         merge_history(engine, root, plan, candidates, start=history_start)
-    apply_truncates(engine, root, plan, after, upto)
+    apply_truncates(engine, root, plan, schema_events)
 
 
-def window_renames(engine, root: str, window: dict) -> dict[str, list[str]]:
+def renamed_columns(schema_events: list) -> dict[str, list[str]]:
     """Columns a DDL in the window renamed: new name -> its earlier names, newest first."""
-    statements = engine.spark.sql(
-        render("window_ddl", bronze_binlog=table_ref(bronze.binlog_path(root))), args=window).collect()
     earlier: dict[str, list[str]] = {}
-    for _, statement in statements:
-        for old, new in ddl.renamed_columns(statement):
+    for op, _, _, statement in schema_events:
+        for old, new in ddl.renamed_columns(statement) if op == "ddl" else []:
             earlier[new] = [old, *earlier.pop(old, [])]
     return earlier
 
 
-def apply_truncates(engine, root: str, plan: SilverPlan, after: str, upto: str) -> None:
+def apply_truncates(engine, root: str, plan: SilverPlan, schema_events: dict[str, list]) -> None:
     """Rows a TRUNCATE in the window removed leave silver (the MERGE kept later changes), and
     their history versions end there."""
     for source in plan.sources:
-        found = engine.spark.sql(
-            render("last_truncate", bronze_binlog=table_ref(bronze.binlog_path(root))),
-            args={"db": source.db, "tbl": source.name, "after": after, "upto": upto}).collect()
-        if not found:
+        truncates = [(offset, ts) for op, offset, ts, _ in schema_events[source.qualified]
+                     if op == "truncate"]
+        if not truncates:
             continue
-        truncated_at, truncated_ts = found[0]
+        truncated_at, truncated_ts = truncates[-1]
         Offset.parse(truncated_at)  # ours, as written by capture
         shard = [("_cdc_source_table", "=", source.qualified)] if plan.sharded else []
         engine.delete_rows(silver_path(root, plan.spec.name),
@@ -420,6 +419,9 @@ def describe_sql(root: str, plan: SilverPlan) -> str:
     for i, source in enumerate(plan.sources):
         steps.append((f"{images}_{i}_s: snapshot rows of {source.qualified} (first batch only)",
                       snapshot_images_sql(root, source, f"{images}_{i}_splits")))
+        steps.append((f"DDL and TRUNCATEs of {source.qualified} in the window (renamed columns, "
+                      f"rows a TRUNCATE removes)",
+                      render("window_ddl", bronze_binlog=table_ref(bronze.binlog_path(root)))))
         steps.append((f"{images}_{i}_b: binlog changes of {source.qualified}",
                       binlog_images_sql(root, source)))
     steps.append((f"{candidates}: the projection over {images} (the union of the above)",

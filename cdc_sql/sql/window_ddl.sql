@@ -1,5 +1,6 @@
--- The DDL statements that changed one source table in the window (:after, :upto], in order.
-SELECT offset, statement
+-- The DDL statements and TRUNCATEs that changed one source table in the window (:after, :upto],
+-- in order.
+SELECT op, offset, commit_ts, statement
 FROM {{ bronze_binlog }}
-WHERE db = :db AND tbl = :tbl AND op = 'ddl' AND offset > :after AND offset <= :upto
+WHERE db = :db AND tbl = :tbl AND op IN ('ddl', 'truncate') AND offset > :after AND offset <= :upto
 ORDER BY offset
