@@ -165,6 +165,9 @@ class Runner:
                 if self.schema_changed:  # capture stopped after a DDL: merge and go on with
                     view = dataclasses.replace(  # the new definitions (projections checked again)
                         inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at)
+                    with timed(summary, "snapshot"):  # of tables that just began to match
+                        if self.snapshot(view):
+                            view = self._refresh_end(view)
                 with timed(summary, "merge"):
                     merged = self.merge(view, self.state.load())
                 summary["captured_changes"] = summary.get("captured_changes", 0) + captured
@@ -220,10 +223,9 @@ class Runner:
         if self.pipeline.source.startup not in ("initial", "snapshot-only"):
             return 0
         checkpoint = self.state.load()
-        with mysql.cursor(self.pipeline.source) as cur:
+        with mysql.cursor(self.pipeline.source) as cur:  # new tables too (a shard that appeared)
             new = [(t, plan_splits(cur, t, self.pipeline.source.chunk_size))
-                   for t in view.source_tables if not checkpoint.splits(t.qualified)
-                   and not _merged(checkpoint, view, t)]
+                   for t in view.source_tables if not checkpoint.splits(t.qualified)]
         if new:
             self.state.write(*(("split", s.name, {**s.to_json(), "status": "planned"})
                                for _, splits in new for s in splits))
@@ -350,12 +352,23 @@ class Runner:
             started = time.monotonic()
             table_state = checkpoint.get("table", plan.spec.name)
             if table_state and table_state.get("snapshot_merged"):
-                if not capture or capture_offset(capture) <= table_state["applied"]:
+                applied = table_state["applied"]
+                if not capture or capture_offset(capture) <= applied:
                     continue
                 upto = capture_offset(capture)
+                # Splits past the applied offset: a table that began to match later (a new
+                # shard); its rows join with the batch that moves past their watermarks.
+                fresh = [s for t in plan.sources for s in checkpoint.splits(t.qualified)
+                         if not s.get("watermark") or s["watermark"] > applied]
+                if any(s["status"] != "done" or not s.get("watermark") for s in fresh) or \
+                        fresh and upto < max(s["watermark"] for s in fresh):
+                    continue
                 check_untouched(self.engine, self.root, plan.spec, table_state)
-                if not self._idle(plan, table_state["applied"]):
-                    merge_batch(self.engine, self.root, plan, table_state["applied"], upto, None)
+                if fresh:
+                    merge_batch(self.engine, self.root, plan, applied, upto,
+                                _done_splits(fresh), history_start=applied)
+                elif not self._idle(plan, applied):
+                    merge_batch(self.engine, self.root, plan, applied, upto, None)
             else:
                 splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
                 if not splits or any(s["status"] != "done" or not s.get("watermark")
@@ -372,11 +385,8 @@ class Runner:
                     continue  # capture has not reached every split's watermark yet
                 else:
                     upto = capture_offset(capture)
-                done: dict[str, list[tuple[int, str, str]]] = {}
-                for s in splits:
-                    done.setdefault(s["source_table"], []).append(
-                        (s["split_id"], s["attempt"], s["watermark"]))
-                merge_batch(self.engine, self.root, plan, "", upto, done, history_start)
+                merge_batch(self.engine, self.root, plan, "", upto, _done_splits(splits),
+                            history_start)
             source_time = capture.get("source_time") if capture and upto == capture_offset(
                 capture) else None
             self.state.write(("table", plan.spec.name, {
@@ -409,6 +419,14 @@ class Runner:
             all(self.engine.exists(p) for p in owned_tables(self.root, plan.spec).values())
 
 
+def _done_splits(splits: list[dict]) -> dict[str, list[tuple[int, str, str]]]:
+    """Split entries as merge_batch takes them: per source table, (id, attempt, watermark)."""
+    done: dict[str, list[tuple[int, str, str]]] = {}
+    for s in splits:
+        done.setdefault(s["source_table"], []).append((s["split_id"], s["attempt"], s["watermark"]))
+    return done
+
+
 def _binlog_end(source) -> Position:
     with mysql.cursor(source) as cur:
         return binary_log_status(cur)[0]
@@ -416,15 +434,6 @@ def _binlog_end(source) -> Position:
 
 def capture_offset(capture: dict) -> str:
     return Position.parse(capture["position"]).offset.text
-
-
-def _merged(checkpoint: Checkpoint, view: SourceView, table: SourceTable) -> bool:
-    """A table whose silver already stands (e.g. startup: latest) needs no snapshot."""
-    for plan in view.plans:
-        if table in plan.sources:
-            state = checkpoint.get("table", plan.spec.name)
-            return bool(state and state.get("snapshot_merged"))
-    return False
 
 
 @contextmanager

@@ -9,6 +9,7 @@ import pytest
 
 from cdc_sql.errors import SourceError
 from cdc_sql.lake.silver import history_path, silver_path
+from cdc_sql.verify import compare_table
 from tests.integration.helpers import run
 
 pytestmark = pytest.mark.integration
@@ -105,3 +106,17 @@ def test_a_new_shard_created_while_running_is_picked_up(mariadb, database, engin
     rows = silver(engine, pipeline, "orders", ["_cdc_source_table", "id", "amount"])
     assert len(rows) == 25
     assert (f"{database}.orders_2", 3, -3) in rows and (f"{database}.orders_1", 1, 0) in rows
+    # a table that already holds rows begins to match: it is snapshotted, then followed
+    mariadb.execute("CREATE TABLE staged (id INT PRIMARY KEY, amount INT)",
+                    "INSERT INTO staged SELECT seq, 100 + seq FROM seq_1_to_30", db=database)
+    run(pipeline, engine)
+    mariadb.execute("RENAME TABLE staged TO orders_3",
+                    "UPDATE orders_3 SET amount = 0 WHERE id = 30",
+                    "UPDATE orders_2 SET amount = 1 WHERE id = 1", db=database)
+    run(pipeline, engine)
+    run(pipeline, engine)  # the new table's watermark came after this run's end: merged now
+    rows = silver(engine, pipeline, "orders", ["_cdc_source_table", "id", "amount"])
+    assert len(rows) == 55
+    assert (f"{database}.orders_3", 30, 0) in rows and (f"{database}.orders_3", 29, 129) in rows
+    assert (f"{database}.orders_2", 1, 1) in rows
+    assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
