@@ -19,9 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sqlglot import exp
-
 from cdc_sql.source.schema import GEOMETRY_TYPES, Column
+from cdc_sql.source.splits import mysql_quote
 from cdc_sql.sql import quote as spark_quote
 
 FLOATS = ("float", "double")
@@ -40,10 +39,6 @@ class Output:
     @property
     def is_float(self) -> bool:
         return self.spark_type in FLOATS
-
-
-def mysql_quote(name: str) -> str:
-    return exp.to_identifier(name, quoted=True).sql(dialect="mysql")
 
 
 def _mysql_text(o: Output) -> str:

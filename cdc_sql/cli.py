@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--until-caught-up", action="store_true",
                      help="stop once silver has caught up with the source position seen at "
                           "start (for scheduled jobs)")
+    run.add_argument("--give-up-after", type=float, default=300.0, metavar="SECONDS",
+                     help="follow mode: how long to keep retrying while the source is "
+                          "unreachable (default 300)")
     _engine_options(run)
     verify = command("verify", _verify, "compare silver with the source row by row; exit 0 when "
                      "equal, 1 with the differing keys")
@@ -106,13 +109,24 @@ def _validate(args) -> int:
         print(f"{args.pipeline}: valid ({len(pipeline.tables)} tables; source not checked)")
         return 0
     from cdc_sql.pipeline import inspect_source
+    from cdc_sql.source import mysql, preflight
 
     view = inspect_source(pipeline)
+    source = pipeline.source
+    if source.startup == "initial":
+        with mysql.cursor(source) as cur:
+            view.warnings += preflight.check_retention(cur, view.source_tables,
+                                                       source.parallelism)
     for warning in view.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for plan in view.plans:
         names = ", ".join(t.qualified for t in plan.sources)
         print(f"  {plan.spec.name}: {names} (key: {', '.join(plan.key)})")
+    databases = sorted({t.db for t in view.source_tables})
+    print(f"grants {source.user} needs (and no more):")
+    for grant, why in preflight.needed_grants(source.user, view.mariadb, source.startup,
+                                              databases):
+        print(f"  {grant};  -- {why}")
     print(f"{args.pipeline}: valid ({len(view.plans)} tables, source "
           f"{'MariaDB' if view.mariadb else 'MySQL'}, binlog at {view.end})")
     return 0
@@ -140,7 +154,7 @@ def _plan(args) -> int:
 
 
 def _run(args) -> int:
-    from cdc_sql.pipeline import Runner
+    from cdc_sql.pipeline import run_pipeline
 
     pipeline = load_pipeline(args.pipeline)
     stop = threading.Event()
@@ -155,7 +169,8 @@ def _run(args) -> int:
     with target_lock(str(pipeline.root), "run"):
         engine = _engine(args, pipeline)
         try:
-            summary = Runner(pipeline, engine, stop).run(until_caught_up=args.until_caught_up)
+            summary = run_pipeline(pipeline, engine, stop, args.until_caught_up,
+                                   args.give_up_after)
         finally:
             engine.stop()
     log.info("run %s: %s", summary["run_id"], summary["outcome"])

@@ -69,8 +69,18 @@ class MariaDB:
              "--auth-root-authentication-method=normal", "--skip-test-db", *run_as_root],
             check=True, capture_output=True,
         )
+        self._launch()
+        self._wait_ready(timeout)
+        with pymysql.connect(unix_socket=self.socket_path, user="root", autocommit=True) as conn:
+            with conn.cursor() as cur:
+                cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (USER, PASSWORD))
+                cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'%%' WITH GRANT OPTION", (USER,))
+        return self
+
+    def _launch(self) -> None:
+        run_as_root = ["--user=root"] if os.geteuid() == 0 else []
         self.process = subprocess.Popen(
-            [_binary("mariadbd"), "--no-defaults", f"--datadir={data}",
+            [_binary("mariadbd"), "--no-defaults", f"--datadir={self.root / 'data'}",
              f"--socket={self.socket_path}", f"--port={self.port}", "--bind-address=127.0.0.1",
              f"--pid-file={self.root / 'mysqld.pid'}", f"--log-error={self.root / 'error.log'}",
              "--skip-name-resolve", "--innodb-buffer-pool-size=256M",
@@ -79,12 +89,16 @@ class MariaDB:
              *BINLOG_FLAGS, *run_as_root, *self.extra_flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
+
+    def restart(self, crash: bool = False, down_seconds: float = 0.0,
+                timeout: float = 60.0) -> None:
+        """Stop the server (SIGKILL when `crash`, else a clean shutdown) and start it again on
+        the same data and port: clients see their connections drop, then come back."""
+        os.killpg(self.process.pid, signal.SIGKILL if crash else signal.SIGTERM)
+        self.process.wait(timeout=60)
+        time.sleep(down_seconds)
+        self._launch()
         self._wait_ready(timeout)
-        with pymysql.connect(unix_socket=self.socket_path, user="root", autocommit=True) as conn:
-            with conn.cursor() as cur:
-                cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (USER, PASSWORD))
-                cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'%%' WITH GRANT OPTION", (USER,))
-        return self
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -18,7 +18,27 @@ class ConfigError(CdcError):
 
 
 class SourceError(CdcError):
-    """The source database cannot serve the pipeline (unreachable, missing table, binlog off...)."""
+    """The source database cannot serve the pipeline (unreachable, missing table, binlog off...).
+    `transient`: the connection was lost or refused (a restart, a KILL, a network blip), so
+    the same work can succeed later; everything else needs a person."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
+
+
+# Client and server errors that mean "the connection went away", not "the request is wrong":
+# can't connect, lost connection, server gone, connection killed, shutdown in progress,
+# query interrupted.
+TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1927, 1053, 1317, 1152, 1158, 1159,
+                             1160, 1161})
+_TRANSIENT_TEXT = ("lost connection", "server has gone away", "connection refused",
+                   "connection was killed", "connection reset", "broken pipe",
+                   "shutdown in progress", "can't connect", "unexpected eof")
+
+
+def is_transient(code: int | None, text: str) -> bool:
+    return code in TRANSIENT_CODES or any(t in text.lower() for t in _TRANSIENT_TEXT)
 
 
 class StateError(CdcError):

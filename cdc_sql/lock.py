@@ -28,9 +28,14 @@ def target_lock(root: str, command: str) -> Iterator[None]:
                  "scheduling", root)
         yield
         return
-    Path(root).mkdir(parents=True, exist_ok=True)
     path = Path(root) / "_lock"
-    with open(path, "a+") as handle:
+    try:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")
+    except OSError as exc:
+        raise StateError(f"target.path {root} is not writable ({exc.strerror}): point "
+                         f"target.path at a directory this user can create and write") from None
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -18,7 +18,7 @@ from cdc_sql.errors import StateError
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver import (check_untouched, owned_tables, owned_versions, silver_path,
                                  staging_path)
-from cdc_sql.lake.state import State
+from cdc_sql.lake.state import State, check_owner
 from cdc_sql.source.offsets import Offset
 from cdc_sql.sql import render, string_literal
 
@@ -33,6 +33,7 @@ def maintain(engine, pipeline, retention_hours: float | None = None,
     cutoff_micros = str(int(cutoff.timestamp() * 1_000_000))
     state = State(engine, root)
     checkpoint = state.load()
+    check_owner(checkpoint, pipeline.name, root)
     tables = {spec.name: checkpoint.get("table", spec.name) or {} for spec in pipeline.tables}
     report: dict = {"retention_hours": retention, "pruned": {}, "files": {}, "skipped": []}
 

@@ -26,7 +26,7 @@ from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver import (SilverPlan, check_untouched, history_path, merge_batch,
                                  owned_tables, owned_versions, plan_silver, silver_path)
-from cdc_sql.lake.state import Checkpoint, State
+from cdc_sql.lake.state import Checkpoint, State, check_owner
 from cdc_sql.progress import Progress
 from cdc_sql.source import mysql, startup
 from cdc_sql.source.binlog import BinlogReader
@@ -131,6 +131,31 @@ def check_replication_access(cur, source, mariadb: bool) -> list[str]:
     return []
 
 
+def run_pipeline(pipeline: Pipeline, engine, stop: threading.Event, until_caught_up: bool,
+                 give_up_after: float = 300.0) -> dict:
+    """One run; in follow mode, source outages (a restart, a KILL, a network blip) are waited
+    out: the run starts again after 1, 2, 4 ... 30 s, and gives up after `give_up_after`
+    seconds without a run that got going. A scheduled run (until caught up) fails at once:
+    its scheduler retries."""
+    delay, failing_since = 1.0, None
+    while True:
+        started = time.monotonic()
+        try:
+            return Runner(pipeline, engine, stop).run(until_caught_up=until_caught_up)
+        except SourceError as exc:
+            now = time.monotonic()
+            if now - started > 60:  # that run got going: a new outage
+                delay, failing_since = 1.0, None
+            failing_since = failing_since or started
+            if until_caught_up or not exc.transient or now - failing_since > give_up_after:
+                raise
+            log.warning("%s: running again in %.0f s (follow mode gives up after %.0f s of "
+                        "failures)", exc, delay, give_up_after)
+            if stop.wait(delay):
+                return {"run_id": "-", "outcome": "stopped"}
+            delay = min(delay * 2, 30.0)
+
+
 class Runner:
     def __init__(self, pipeline: Pipeline, engine, stop: threading.Event | None = None):
         self.pipeline, self.engine = pipeline, engine
@@ -149,6 +174,7 @@ class Runner:
         view = inspect_source(self.pipeline)
         for warning in view.warnings:
             log.warning(warning)
+        self._claim_target()
         started = time.monotonic()
         summary = {"run_id": self.state.run_id, "started_at": _now(), "outcome": "failed"}
         try:
@@ -192,6 +218,13 @@ class Runner:
                 metrics.write_run(self.pipeline, summary, self.state.load())
             except Exception:  # noqa: BLE001 - never hide the run's own error
                 log.exception("could not record the run outcome")
+
+    def _claim_target(self) -> None:
+        checkpoint = self.state.load()
+        check_owner(checkpoint, self.pipeline.name, self.root)
+        if not checkpoint.get("pipeline", "owner"):
+            self.state.write(("pipeline", "owner", {"name": self.pipeline.name,
+                                                    "file": str(self.pipeline.file)}))
 
     def _refresh_end(self, view: SourceView) -> SourceView:
         with mysql.cursor(self.pipeline.source) as cur:
@@ -257,6 +290,7 @@ class Runner:
         offset = watermark.offset.text if read.watermark.resolved else ""
         rows = bronze.write_split(self.engine, self.root, table, read.batches, split.split_id,
                                   attempt, offset, read_at, on_batch=progress.add_rows)
+        faults.point("split.written")  # bronze has the split's rows, state not yet
         # A position after the read: the rows hold no change from after it (with a reader in
         # the watermark's own snapshot, the watermark itself). History starts past every one.
         in_snapshot = read.reader == "pymysql" and read.watermark.exact
@@ -327,6 +361,7 @@ class Runner:
         `source_time`: when the source was last known to be at `position` (for lag)."""
         started = time.monotonic()
         bronze.append_changes(self.engine, self.root, changes)
+        faults.point("bronze.appended")  # bronze has the batch, state not yet
         resolved = [("split", name, {**pending[name], "watermark": found.offset.text})
                     for name, found in (marks.resolved.items() if marks else ())
                     if pending and not pending[name].get("watermark")]
@@ -351,6 +386,8 @@ class Runner:
         for plan in view.plans:
             started = time.monotonic()
             table_state = checkpoint.get("table", plan.spec.name)
+            if table_state:  # every run, changes or not: silver must hold only what we wrote
+                check_untouched(self.engine, self.root, plan.spec, table_state)
             if table_state and table_state.get("snapshot_merged"):
                 applied = table_state["applied"]
                 if not capture or capture_offset(capture) <= applied:
@@ -363,7 +400,6 @@ class Runner:
                 if any(s["status"] != "done" or not s.get("watermark") for s in fresh) or \
                         fresh and upto < max(s["watermark"] for s in fresh):
                     continue
-                check_untouched(self.engine, self.root, plan.spec, table_state)
                 if fresh:
                     merge_batch(self.engine, self.root, plan, applied, upto,
                                 _done_splits(fresh), history_start=applied)

@@ -31,6 +31,28 @@ def _key(doc: str, default: Any = MISSING, **rules: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Tls:
+    ca: str = _key("CA certificate file (PEM): TLS on, and the server's certificate checked "
+                   "against it", "")
+    cert: str = _key("client certificate file (PEM), for users created REQUIRE X509", "")
+    key: str = _key("client private key file (PEM) of `cert`", "")
+    verify_identity: bool = _key("also check that the certificate names source.host", False)
+    required: bool = _key("TLS on without a CA (encrypted, server not verified)", False)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.required or self.ca or self.cert)
+
+    def pymysql(self) -> dict | None:
+        """pymysql's `ssl` argument (None: plain connection)."""
+        if not self.enabled:
+            return None
+        chosen = {"ca": self.ca, "cert": self.cert, "key": self.key}
+        return {**{k: v for k, v in chosen.items() if v},
+                "check_hostname": bool(self.ca and self.verify_identity)}
+
+
+@dataclass(frozen=True)
 class Source:
     host: str = _key("MySQL/MariaDB host name or address")
     user: str = _key("user with SELECT, REPLICATION SLAVE and REPLICATION CLIENT grants")
@@ -39,6 +61,9 @@ class Source:
     password: str = field(default="", repr=False,
                           metadata={"doc": "password; use ${VAR} to take it from the environment",
                                     "secret": True})
+    password_file: str = _key("file holding the password (a mounted secret); instead of "
+                              "`password`", "")
+    ssl: Tls = _key("TLS to the source: {ca, cert, key, verify_identity, required}", Tls())
     server_id: int = _key("binlog client id, unique among the server's replicas", 5400,
                           minimum=1, maximum=2**32 - 1)
     startup: str = _key("where capture starts", "initial", choices=STARTUP_MODES)
@@ -131,6 +156,7 @@ def load_pipeline(file: str | Path, environ: dict[str, str] | None = None) -> Pi
     doc = read_document(file, environ)
     pipeline = _build(Pipeline, doc.values, "", doc)
     pipeline = _replace_file(pipeline, str(file))
+    pipeline = _read_secrets(pipeline, doc)
     _check_startup(pipeline, doc)
     _check_target(pipeline, doc)
     _check_tables(pipeline, doc)
@@ -145,6 +171,38 @@ def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
         # A relative target is relative to the pipeline file, so runs from any directory agree.
         target = dataclasses.replace(target, path=str((Path(file).resolve().parent / path).resolve()))
     return dataclasses.replace(pipeline, file=file, target=target)
+
+
+def _read_secrets(pipeline: Pipeline, doc: Document) -> Pipeline:
+    """The password from `password_file`; TLS files resolved against the pipeline's folder."""
+    import dataclasses
+    source, base = pipeline.source, Path(pipeline.file).resolve().parent
+    files = {}
+    for key in ("ca", "cert", "key"):
+        name = getattr(source.ssl, key)
+        if name:
+            files[key] = str(base / name)
+            if not Path(files[key]).is_file():
+                raise doc.error(f"no such file: {files[key]}", f"source.ssl.{key}")
+    if bool(source.ssl.cert) != bool(source.ssl.key):
+        raise doc.error("`cert` and `key` go together (the client certificate and its key)",
+                        "source.ssl.cert" if not source.ssl.cert else "source.ssl.key")
+    source = dataclasses.replace(source, ssl=dataclasses.replace(source.ssl, **files))
+    if source.ssl.enabled and source.snapshot_reader == "native":
+        raise doc.error("the native snapshot reader (connectorx) cannot use TLS files: use "
+                        "snapshot_reader: auto or pymysql", "source.snapshot_reader")
+    if source.password_file:
+        if source.password:
+            raise doc.error("give `password` or `password_file`, not both",
+                            "source.password_file")
+        path = base / source.password_file
+        try:
+            password = path.read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise doc.error(f"cannot read {path}: {exc.strerror}", "source.password_file") \
+                from None
+        source = dataclasses.replace(source, password=password)
+    return dataclasses.replace(pipeline, source=source)
 
 
 def _check_target(pipeline: Pipeline, doc: Document) -> None:

@@ -4,7 +4,8 @@ Entries are (kind, name) -> JSON value:
 - ("split", "<db.table>#<id>"): a snapshot split's bounds, status, watermark, attempt, rows;
 - ("table", "<silver name>"): the applied offset P and whether the snapshot is merged;
 - ("capture", "binlog"): where the binlog reader resumes, a transaction boundary;
-- ("run", "last"): the last run and its outcome.
+- ("run", "last"): the last run and its outcome;
+- ("pipeline", "owner"): the pipeline this target belongs to (one target, one pipeline).
 Several entries written together land in one Delta commit, so they change together or not at all.
 """
 from __future__ import annotations
@@ -16,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+from cdc_sql.errors import StateError
 
 STATE_SCHEMA = pa.schema([("kind", pa.string()), ("name", pa.string()), ("value", pa.string()),
                           ("seq", pa.int64()), ("run_id", pa.string()),
@@ -36,6 +39,18 @@ class Checkpoint:
         prefix = f"{source_table}#"
         found = [v for name, v in self.of_kind("split").items() if name.startswith(prefix)]
         return sorted(found, key=lambda s: s["split_id"])
+
+
+def check_owner(checkpoint: Checkpoint, pipeline_name: str, root: str) -> None:
+    """Refuse a target that another pipeline writes: their checkpoints would overwrite
+    each other's offsets and splits."""
+    owner = checkpoint.get("pipeline", "owner")
+    if owner and owner["name"] != pipeline_name:
+        raise StateError(f"target {root} belongs to pipeline `{owner['name']}` (from "
+                         f"{owner.get('file') or 'an unknown file'}), and this is pipeline "
+                         f"`{pipeline_name}`: two pipelines on one target would overwrite each "
+                         f"other's state. Give each pipeline its own target.path (or, if this "
+                         f"is the same pipeline renamed, use its old name)")
 
 
 class State:

@@ -18,7 +18,7 @@ from typing import Iterator
 
 from pymysqlreplication.constants import NONE_SOURCE
 
-from cdc_sql.errors import SourceError
+from cdc_sql.errors import SourceError, is_transient
 from cdc_sql.source import ddl, mysql
 from cdc_sql.source.binlog_stream import StreamError, raw_events, raw_events_in_child
 from cdc_sql.source.gtid import GtidWatermarks
@@ -211,6 +211,7 @@ def _explain_stream_error(code, message: str, start: Position) -> SourceError:
     if code in (1227, 1045):
         return SourceError(f"the source user lacks REPLICATION SLAVE / REPLICATION CLIENT grants: "
                            f"{message}")
+    transient = is_transient(code, message)
     if code is None:
-        return SourceError(message)
-    return SourceError(f"binlog read failed at {start}: {message}")
+        return SourceError(message, transient)
+    return SourceError(f"binlog read failed at {start}: {message}", transient)

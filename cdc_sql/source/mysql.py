@@ -7,7 +7,7 @@ from typing import Iterator
 import pymysql
 import pymysql.cursors
 
-from cdc_sql.errors import SourceError
+from cdc_sql.errors import SourceError, is_transient
 
 # MySQL/MariaDB error numbers we explain to the user.
 _ACCESS_DENIED, _UNKNOWN_HOST, _CANT_CONNECT = 1045, 2005, 2003
@@ -18,7 +18,7 @@ def connection_settings(source) -> dict:
     return {
         "host": source.host, "port": source.port, "user": source.user,
         "password": source.password, "charset": "utf8mb4", "connect_timeout": 10,
-        "init_command": "SET time_zone = '+00:00'",
+        "init_command": "SET time_zone = '+00:00'", "ssl": source.ssl.pymysql(),
     }
 
 
@@ -37,12 +37,21 @@ def connect(source, **overrides) -> pymysql.connections.Connection:
 def explain(exc: Exception, source) -> SourceError:
     code = exc.args[0] if exc.args else None
     if code == _ACCESS_DENIED:
+        tls = ("" if source.ssl.enabled else "; a user created REQUIRE SSL or X509 also needs "
+               "source.ssl (ca, and cert/key for X509)")
         return SourceError(f"access denied for {where(source)}: check source.user and "
-                           f"source.password (the password is not shown)")
-    if code in (_UNKNOWN_HOST, _CANT_CONNECT) or code == 2013:
+                           f"source.password or source.password_file (the password is not "
+                           f"shown){tls}")
+    if "SSL" in str(exc) or "TLS" in str(exc):
+        return SourceError(f"TLS to {where(source)} failed: {_first_line(exc)}. Check "
+                           f"source.ssl.ca (the CA that signed the server's certificate), "
+                           f"source.ssl.cert/key, and verify_identity against source.host")
+    if code in (_UNKNOWN_HOST, _CANT_CONNECT):
         return SourceError(f"cannot connect to {where(source)}: is the server running and "
-                           f"source.host/source.port right? ({_first_line(exc)})")
-    return SourceError(f"source {where(source)}: {_first_line(exc)}")
+                           f"source.host/source.port right? ({_first_line(exc)})",
+                           transient=code == _CANT_CONNECT)
+    return SourceError(f"source {where(source)}: {_first_line(exc)}",
+                       transient=is_transient(code, str(exc)))
 
 
 def _first_line(exc: Exception) -> str:

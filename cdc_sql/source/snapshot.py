@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql.converters
 
-from cdc_sql.errors import SourceError
+from cdc_sql.errors import SourceError, is_transient
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import Column, SourceTable
 from cdc_sql.source.splits import Split, mysql_quote
@@ -65,8 +65,9 @@ def _native_ok(column: Column) -> bool:
 
 def read_split(source, table: SourceTable, split: Split, mariadb: bool,
                batch_rows: int = 65_536, reader: str = "auto") -> SplitRead:
-    if reader == "auto":
-        reader = "native" if native_supported(table) else "pymysql"
+    if reader == "auto":  # connectorx takes no TLS files: over TLS, pymysql reads
+        reader = ("native" if native_supported(table) and not source.ssl.enabled
+                  else "pymysql")
     if reader == "native":
         return _read_native(source, table, split, mariadb, batch_rows)
     return _read_pymysql(source, table, split, mariadb, batch_rows)
@@ -114,7 +115,8 @@ def _read_native(source, table: SourceTable, split: Split, mariadb: bool,
             pre_execution_query=["SET time_zone = '+00:00'"])
     except Exception as exc:  # noqa: BLE001 - connectorx raises RuntimeError and panics
         raise SourceError(f"snapshot read of {table.qualified} split {split.split_id} failed: "
-                          f"{_redact(str(exc), source)}") from None
+                          f"{_redact(str(exc), source)}",
+                          transient=is_transient(None, str(exc))) from None
     return SplitRead(watermark, _restore(stream, table), "native")
 
 

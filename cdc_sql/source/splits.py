@@ -11,6 +11,8 @@ import datetime as dt
 import decimal
 from dataclasses import dataclass
 
+from sqlglot import exp
+
 from cdc_sql.source.schema import SourceTable
 
 _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
@@ -84,7 +86,8 @@ def _value_from_json(value):
 
 
 def mysql_quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+    """A MySQL identifier, quoted by sqlglot (backticks, inner ones doubled)."""
+    return exp.to_identifier(name, quoted=True).sql(dialect="mysql")
 
 
 def plan_splits(cur, table: SourceTable, chunk_size: int) -> list[Split]:

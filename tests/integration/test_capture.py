@@ -122,28 +122,6 @@ def private_source(server: MariaDB, tmp_path: Path) -> Path:
     return path
 
 
-def test_purged_binlog_is_a_clear_error(engine, tmp_path):
-    from cdc_sql.config.model import load_pipeline
-
-    with MariaDB() as server:
-        pipeline = load_pipeline(private_source(server, tmp_path))
-        run(pipeline, engine)
-        server.execute("INSERT INTO d.t VALUES (2)")
-        deadline = time.monotonic() + 30
-        while server.query("SHOW BINARY LOGS")[0][0] == "binlog.000001":
-            assert time.monotonic() < deadline, "the server kept binlog.000001"
-            # MariaDB keeps a binlog until its transactions are checkpointed in InnoDB
-            server.execute("FLUSH BINARY LOGS")
-            newest = server.query("SHOW MASTER STATUS")[0][0]
-            server.execute(f"PURGE BINARY LOGS TO '{newest}'")
-            time.sleep(0.2)
-        with pytest.raises(SourceError) as info:
-            run(pipeline, engine)
-    message = str(info.value)
-    assert "cannot send its binlog from binlog.000001:" in message
-    assert "re-snapshot" in message and PASSWORD not in message
-
-
 def test_idle_table_moves_its_applied_offset_without_a_merge(mariadb, database, engine,
                                                              make_pipeline):
     from cdc_sql.lake.state import State
@@ -177,7 +155,7 @@ def test_ddl_statements_are_captured(mariadb, database, engine, make_pipeline):
     assert [r["statement"] for r in ddl] == ["ALTER TABLE t ADD COLUMN note VARCHAR(10)"]
 
 
-def test_source_gone_mid_follow_fails_clearly_instead_of_retrying_forever(engine, tmp_path):
+def test_source_gone_mid_follow_is_retried_then_fails_clearly(engine, tmp_path):
     import subprocess
     import sys
 
@@ -185,23 +163,58 @@ def test_source_gone_mid_follow_fails_clearly_instead_of_retrying_forever(engine
 
     with MariaDB() as server:
         process = subprocess.Popen([sys.executable, "-m", "cdc_sql.cli", "run",
-                                    str(private_source(server, tmp_path))], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE)
+                                    str(private_source(server, tmp_path)), "--give-up-after",
+                                    "6"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while not applied_offset(tmp_path / "lake"):
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
     try:
-        code = process.wait(timeout=90)  # the server is gone: bounded retries, then exit 1
+        code = process.wait(timeout=90)  # the server is gone: retries for 6 s, then exit 1
     finally:
         if process.poll() is None:
             process.kill()
     message = process.stderr.read().decode()
     assert code == 1, message[-2000:]
+    assert "running again in 1 s" in message and "running again in 2 s" in message
     assert "cdc-sql: cannot connect to" in message or "lost the binlog connection" in message
     assert PASSWORD not in message
 
 
+def test_follow_mode_outlives_a_source_restart(engine, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from cdc_sql.config.model import load_pipeline
+    from tests.integration.test_crash import applied_offset
+
+    with MariaDB() as server:
+        file = private_source(server, tmp_path)
+        process = subprocess.Popen([sys.executable, "-m", "cdc_sql.cli", "run", str(file)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while not applied_offset(tmp_path / "lake"):
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            server.restart(crash=True, down_seconds=2)
+            server.execute("INSERT INTO d.t VALUES (2), (3)", "DELETE FROM d.t WHERE id = 1")
+            end = server.query("SHOW MASTER STATUS")[0]
+            wanted = Offset(file_sequence(end[0]), end[1], 0).text
+            deadline = time.monotonic() + 90
+            while applied_offset(tmp_path / "lake") < wanted:
+                assert process.poll() is None, process.stderr.read().decode()[-2000:]
+                assert time.monotonic() < deadline, "silver did not catch up after the restart"
+                time.sleep(0.2)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=60)
+        message = process.stderr.read().decode()
+        assert code == 0, message[-2000:]
+        assert "running again in" in message
+        pipeline = load_pipeline(file)
+        assert_silver_equals(engine, pipeline, "t", server, "SELECT * FROM d.t")
 def test_binlog_parser_child_dies_with_its_parent(mariadb, tmp_path):
     """An orphaned parser would keep our server_id and cut off the next run's stream."""
     import subprocess

@@ -3,33 +3,61 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pymysql
 
 
 class RandomWriter(threading.Thread):
+    """`rate`: transactions per second to aim at (None: as fast as the server goes). The
+    connection is opened again when the server drops it (restarts, KILL): a transaction cut
+    off that way may or may not have committed, which is fine, since tests compare silver
+    with the database itself, never with what the writer meant to do."""
+
     def __init__(self, mariadb, db: str, table: str, key_space: int, seed: int,
-                 max_transactions: int = 100_000):
+                 max_transactions: int = 100_000, rate: float | None = None):
         super().__init__(daemon=True)
         self.mariadb, self.db, self.table = mariadb, db, table
         self.key_space, self.random = key_space, random.Random(seed)
-        self.max_transactions = max_transactions
+        self.max_transactions, self.rate = max_transactions, rate
         self.halt = threading.Event()
-        self.committed = 0
+        self.committed = self.reconnects = 0
+        self.started = self.stopped = 0.0
 
     def run(self) -> None:
-        conn = self.mariadb.connect(self.db, autocommit=False)
-        with conn, conn.cursor() as cur:
-            while not self.halt.is_set() and self.committed < self.max_transactions:
-                try:
-                    self._transaction(cur)
-                    if self.random.random() < 0.1:
-                        conn.rollback()
-                    else:
-                        conn.commit()
-                        self.committed += 1
-                except pymysql.err.IntegrityError:
+        self.started = time.monotonic()
+        while not self.halt.is_set() and self.committed < self.max_transactions:
+            try:
+                conn = self.mariadb.connect(self.db, autocommit=False)
+            except pymysql.err.OperationalError:
+                self.halt.wait(0.2)  # the server is down: try again
+                continue
+            try:
+                with conn, conn.cursor() as cur:
+                    self._write(conn, cur)
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError):
+                self.reconnects += 1
+        self.stopped = time.monotonic()
+
+    def _write(self, conn, cur) -> None:
+        while not self.halt.is_set() and self.committed < self.max_transactions:
+            if self.rate:
+                due = self.started + self.committed / self.rate
+                if due > time.monotonic():
+                    time.sleep(due - time.monotonic())
+            try:
+                self._transaction(cur)
+                if self.random.random() < 0.1:
                     conn.rollback()
+                else:
+                    conn.commit()
+                    self.committed += 1
+            except pymysql.err.IntegrityError:
+                conn.rollback()
+
+    @property
+    def transactions_per_second(self) -> float:
+        return self.committed / max((self.stopped or time.monotonic()) - self.started, 1e-9)
 
     def _transaction(self, cur) -> None:
         r, t = self.random, self.table

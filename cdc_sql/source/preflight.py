@@ -1,0 +1,103 @@
+"""What `validate` tells before a first run: whether the binlog outlives the snapshot, and the
+grants the source user needs.
+
+The snapshot reads every table first; the binlog is read from the lowest split watermark only
+after it. Binlog files the server purges in between are lost changes, so the retention must
+cover the snapshot's duration, with room for a failed run to be retried.
+"""
+from __future__ import annotations
+
+import time
+
+from cdc_sql.source import mysql
+from cdc_sql.source.schema import SourceTable
+from cdc_sql.source.splits import mysql_quote
+
+RETRY_ROOM_SECONDS = 3600  # a killed or failed snapshot run restarted within the hour
+SAMPLE_ROWS = 20_000
+
+
+def retention_seconds(found: dict[str, str]) -> int | None:
+    """Seconds the server keeps binlog files, from its variables (lower-case names);
+    None when it never purges them by age."""
+    seconds = int(float(found.get("binlog_expire_logs_seconds", 0) or 0))
+    days = float(found.get("expire_logs_days", 0) or 0)
+    if seconds:
+        return seconds
+    return int(days * 86400) or None
+
+
+def snapshot_estimate(rows: int, rows_per_second: float, parallelism: int) -> float:
+    """Seconds a snapshot of `rows` rows takes with `parallelism` readers at the sampled rate."""
+    return rows / max(rows_per_second * parallelism, 1.0)
+
+
+def retention_warning(retention: int | None, rows: int, rows_per_second: float,
+                      parallelism: int) -> str | None:
+    if retention is None:
+        return None
+    estimate = snapshot_estimate(rows, rows_per_second, parallelism)
+    needed = int(2 * estimate + RETRY_ROOM_SECONDS)
+    if retention >= needed:
+        return None
+    return (f"binlog retention is {_duration(retention)} (binlog_expire_logs_seconds="
+            f"{retention}), but the snapshot of about {rows:,} rows is estimated at "
+            f"{_duration(estimate)} ({parallelism} readers at {rows_per_second:,.0f} rows/s each, "
+            f"measured on a {SAMPLE_ROWS:,}-row sample read): the binlog written meanwhile could "
+            f"be purged before capture reads it, which fails the run. Keep binlogs at least "
+            f"{_duration(needed)}: SET GLOBAL binlog_expire_logs_seconds = {needed}, and the same "
+            f"in the server's config so that a restart keeps it")
+
+
+def check_retention(cur, tables: list[SourceTable], parallelism: int) -> list[str]:
+    found = mysql.variables(cur, "binlog_expire_logs_seconds", "expire_logs_days")
+    retention = retention_seconds(found)
+    if retention is None or not tables:
+        return []
+    counts = {t: estimated_rows(cur, t) for t in tables}
+    rate = sample_rate(cur, max(counts, key=counts.get))
+    warning = retention_warning(retention, sum(counts.values()), rate, parallelism)
+    return [warning] if warning else []
+
+
+def estimated_rows(cur, table: SourceTable) -> int:
+    cur.execute("SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (table.db, table.name))
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def sample_rate(cur, table: SourceTable) -> float:
+    """Rows per second one reader gets from this source: a timed read of the first rows."""
+    started = time.perf_counter()
+    cur.execute(f"SELECT * FROM {mysql_quote(table.db)}.{mysql_quote(table.name)} "
+                f"LIMIT {SAMPLE_ROWS}")
+    rows = len(cur.fetchall())
+    seconds = time.perf_counter() - started
+    return rows / seconds if rows >= 1000 and seconds > 0 else 100_000.0  # too few to time
+
+
+def needed_grants(user: str, mariadb: bool, startup: str,
+                  databases: list[str]) -> list[tuple[str, str]]:
+    """(GRANT statement, what it is for): exactly what this pipeline uses."""
+    monitor = "BINLOG MONITOR" if mariadb else "REPLICATION CLIENT"
+    to = f"TO '{user}'@'%'"
+    grants = [(f"GRANT SELECT ON {mysql_quote(db)}.* {to}", "snapshot reads") for db in databases]
+    if startup == "snapshot-only":
+        return grants + [(f"GRANT {monitor} ON *.* {to}", "split watermarks")]
+    grants.append((f"GRANT REPLICATION SLAVE, {monitor} ON *.* {to}",
+                   "the binlog and its position"))
+    if mariadb:
+        grants.append((f"GRANT REPLICATION MASTER ADMIN ON *.* {to}",
+                       "optional: lets validate check that server_id is unused"))
+    return grants
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    hours, rest = divmod(seconds, 3600)
+    if hours >= 48:
+        return f"{hours / 24:.1f} days"
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"

@@ -1,0 +1,247 @@
+"""The bad-input catalogue: every case is `cdc-sql run` (or `validate`) exiting 1 with one
+paragraph that names what is wrong and what to do, no secret in it, and no half-written table.
+"""
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cdc_sql.cli import main
+from cdc_sql.devdb import PASSWORD, USER, MariaDB
+from tests.integration.helpers import state_log
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def password(monkeypatch):
+    monkeypatch.setenv("TEST_MYSQL_PASSWORD", PASSWORD)
+
+
+@pytest.fixture
+def shop(mariadb, database):
+    mariadb.execute("CREATE TABLE orders (id INT PRIMARY KEY, amount INT)",
+                    "INSERT INTO orders SELECT seq, seq FROM seq_1_to_500",
+                    "CREATE TABLE nokey (a INT, b INT)", db=database)
+    return database
+
+
+def refused(capsys, *args: str) -> str:
+    """Run the CLI; it must exit 1 with one paragraph (and no password) on stderr."""
+    assert main(list(args)) == 1
+    err = capsys.readouterr().err
+    messages = [line for line in err.splitlines() if line.startswith("cdc-sql: ")]
+    assert len(messages) == 1, err
+    assert PASSWORD not in err
+    return messages[0].removeprefix("cdc-sql: ")
+
+
+def lake_files(root) -> list[str]:
+    """The files of the target's tables (the lock file is no table)."""
+    root = Path(root)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if p.is_file() and p.name != "_lock") if root.exists() else []
+
+
+def run_refused(capsys, pipeline, *fragments: str) -> None:
+    """A first run that must stop before writing anything at all."""
+    message = refused(capsys, "run", pipeline.file, "--until-caught-up")
+    for fragment in fragments:
+        assert fragment in message, message
+    assert lake_files(pipeline.root) == []
+
+
+# -- the pipeline file --------------------------------------------------------------------------
+def write(tmp_path, text: str) -> str:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+VALID = """\
+    name: p
+    source:
+      host: 127.0.0.1
+      user: cdc
+      password: ${TEST_MYSQL_PASSWORD}
+    target:
+      path: lake
+    tables:
+      - name: orders
+        source: shop.orders
+    """
+
+
+@pytest.mark.parametrize("change, fragments", [
+    (("tables:", "tables: [oops"), ("pipeline.yaml:", "line", "YAML")),
+    (("  host:", "  hots:"), ("unknown key `hots`", "source.hots", "the keys here are")),
+    (("  user: cdc", "  user: cdc\n  port: lots"), ("source.port", "expected a whole number",
+                                                    "'lots'")),
+    (("${TEST_MYSQL_PASSWORD}", "${NOT_SET_ANYWHERE}"), ("NOT_SET_ANYWHERE",)),
+    (("  user: cdc", "  user: cdc\n  password_file: secret.txt"),
+     ("source.password_file", "not both")),
+    (("    source: shop.orders", "    source: shop.orders\n    projection: SELECT id, FROM x"),
+     ("tables[0].projection",)),
+], ids=["yaml-syntax", "unknown-key", "wrong-type", "unset-variable", "two-passwords",
+        "projection-syntax"])
+def test_pipeline_file_errors(tmp_path, capsys, change, fragments):
+    old, new = change
+    file = write(tmp_path, VALID.replace(old, new.replace("\n", "\n    "), 1))
+    for verb in ("validate", "run"):
+        message = refused(capsys, verb, file)
+        assert all(f in message for f in fragments), message
+        assert "pipeline.yaml" in message
+    assert lake_files(tmp_path / "lake") == []
+
+
+# -- the source ---------------------------------------------------------------------------------
+def test_missing_table(shop, make_pipeline, capsys):
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.nope")
+    run_refused(capsys, pipeline, "tables[0]", f"{shop}.nope", "no source table matches")
+
+
+def test_table_without_key(shop, make_pipeline, capsys):
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.nokey")
+    run_refused(capsys, pipeline, f"{shop}.nokey has no primary key", "primary_key:")
+
+
+def test_projection_with_an_unknown_column(shop, make_pipeline, capsys):
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders\n"
+                             f"  projection: SELECT id, amout FROM orders")
+    run_refused(capsys, pipeline, "tables[0].projection", "`amout` does not exist",
+                f"{shop}.orders")
+
+
+def test_projection_dropping_the_key(shop, make_pipeline, capsys):
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders\n"
+                             f"  projection: SELECT amount FROM orders")
+    run_refused(capsys, pipeline, "drops the primary-key column `id`")
+
+
+def test_bad_credentials(shop, make_pipeline, capsys):
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", password="wrong-pw-123")
+    run_refused(capsys, pipeline, "access denied for cdc@127.0.0.1", "source.password")
+    assert "wrong-pw-123" not in capsys.readouterr().err
+
+
+def test_unreachable_host(make_pipeline, capsys):
+    pipeline = make_pipeline("- name: o\n  source: a.b", port=1)
+    run_refused(capsys, pipeline, "cannot connect to cdc@127.0.0.1:1", "source.host/source.port")
+
+
+def test_binlog_off(tmp_path, capsys):
+    with MariaDB(extra_flags=["--skip-log-bin"]) as server:
+        server.execute("CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT PRIMARY KEY)")
+        file = write(tmp_path, VALID.replace("  user: cdc", f"  user: cdc\n      port: "
+                                             f"{server.port}"))
+        message = refused(capsys, "run", file)
+    assert "log_bin=OFF (needs ON)" in message and "--log-bin" in message
+    assert lake_files(tmp_path / "lake") == []
+
+
+def test_wrong_binlog_format(shop, make_pipeline, mariadb, capsys):
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders")
+    mariadb.execute("SET GLOBAL binlog_format = 'STATEMENT'")
+    try:
+        run_refused(capsys, pipeline, "binlog_format=STATEMENT (needs ROW)",
+                    "--binlog-format=ROW")
+    finally:
+        mariadb.execute("SET GLOBAL binlog_format = 'ROW'")
+
+
+def test_missing_grants(shop, make_pipeline, mariadb, capsys):
+    mariadb.execute("CREATE USER IF NOT EXISTS reader@'%' IDENTIFIED BY 'pw-reader'",
+                    "GRANT SELECT ON *.* TO reader@'%'")
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", user="reader",
+                             password="pw-reader")
+    run_refused(capsys, pipeline, "needs BINLOG MONITOR", "GRANT SELECT, REPLICATION SLAVE")
+    mariadb.execute("GRANT BINLOG MONITOR ON *.* TO reader@'%'")
+    run_refused(capsys, pipeline, "lacks REPLICATION SLAVE", "GRANT SELECT, REPLICATION SLAVE")
+    mariadb.execute("GRANT REPLICATION SLAVE ON *.* TO reader@'%'")
+    assert main(["validate", pipeline.file]) == 0
+
+
+def test_server_id_in_use(shop, make_pipeline, mariadb, capsys):
+    from pymysqlreplication import BinLogStreamReader
+
+    other = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": mariadb.port, "user": USER,
+                             "passwd": PASSWORD},
+        server_id=4242, blocking=True, report_slave="someone-else", resume_stream=True,
+        log_file=mariadb.query("SHOW MASTER STATUS")[0][0], log_pos=4)
+    threading.Thread(target=lambda: next(iter(other), None), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not any(row[0] == 4242 for row in mariadb.query("SHOW SLAVE HOSTS")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", server_id=4242)
+    try:
+        run_refused(capsys, pipeline, "server_id 4242 is already used by a replica of the "
+                    "source (host someone-else)", "its own server_id")
+    finally:
+        other.close()
+
+
+# -- the target ---------------------------------------------------------------------------------
+def test_target_not_writable(shop, make_pipeline, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("not a directory")
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders")
+    Path(pipeline.file).write_text(Path(pipeline.file).read_text().replace(
+        str(pipeline.root), str(tmp_path / "a-file" / "lake")))
+    message = refused(capsys, "run", pipeline.file)
+    assert f"target.path {tmp_path / 'a-file' / 'lake'} is not writable" in message
+
+
+def _tables(root) -> list[str]:
+    return [f for f in lake_files(root) if not f.startswith(("_state", "_metrics"))]
+
+
+def test_two_pipelines_on_one_target(shop, make_pipeline, engine, capsys):
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders")
+    assert main(["run", pipeline.file, "--until-caught-up"]) == 0
+    before, entries = _tables(pipeline.root), len(state_log(pipeline.root))
+    other = Path(pipeline.file).with_name("other.yaml")
+    other.write_text(Path(pipeline.file).read_text().replace("name: test", "name: other", 1))
+    for verb in ("run", "maintain"):
+        message = refused(capsys, verb, str(other))
+        assert f"belongs to pipeline `test` (from {pipeline.file})" in message
+        assert "this is pipeline `other`" in message and "own target.path" in message
+    assert _tables(pipeline.root) == before and len(state_log(pipeline.root)) == entries
+    assert main(["run", pipeline.file, "--until-caught-up"]) == 0
+
+
+def test_purged_binlog(tmp_path, capsys):
+    with MariaDB() as server:
+        server.execute("CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT PRIMARY KEY)",
+                       "INSERT INTO shop.orders VALUES (1)")
+        file = write(tmp_path, VALID.replace("  user: cdc", f"  user: cdc\n      port: "
+                                             f"{server.port}"))
+        assert main(["run", file, "--until-caught-up"]) == 0
+        server.execute("INSERT INTO shop.orders VALUES (2)")
+        deadline = time.monotonic() + 30
+        while server.query("SHOW BINARY LOGS")[0][0] == "binlog.000001":
+            assert time.monotonic() < deadline, "the server kept binlog.000001"
+            # MariaDB keeps a binlog until its transactions are checkpointed in InnoDB
+            server.execute("FLUSH BINARY LOGS")
+            server.execute(f"PURGE BINARY LOGS TO '{server.query('SHOW MASTER STATUS')[0][0]}'")
+            time.sleep(0.2)
+        before = _tables(tmp_path / "lake")
+        capsys.readouterr()
+        message = refused(capsys, "run", file, "--until-caught-up")
+    assert "cannot send its binlog from binlog.000001:" in message and "re-snapshot" in message
+    assert _tables(tmp_path / "lake") == before
+
+
+def test_silver_changed_by_hand(shop, make_pipeline, engine, capsys):
+    from deltalake import DeltaTable
+
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders")
+    assert main(["run", pipeline.file, "--until-caught-up"]) == 0
+    path = f"{pipeline.root}/silver/o"
+    ours = DeltaTable(path).version()
+    engine.spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 5").collect()
+    message = refused(capsys, "run", pipeline.file, "--until-caught-up")
+    assert "silver table o" in message and f"TO VERSION AS OF {ours}" in message
+    assert DeltaTable(path).version() == ours + 1  # nothing merged over the change
