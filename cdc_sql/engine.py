@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
 _MAX_SLICE_BYTES = 32 * 2**20
 EVOLVE_MARK = "cdc-sql: schema change"  # commit metadata of cdc-sql's own schema changes
+# A MERGE whose conditions use cdc-sql's own guard columns: one of ours (Sail writes no commit
+# metadata, but every engine records the MERGE's predicates).
+OWN_MERGE = "cdc-sql: merge"
+_OWN_MERGE_GUARDS = ("_cdc_offset", "_cdc_valid_from")
 
 
 def _writer_properties():
@@ -230,8 +234,7 @@ class Engine:
         else:
             rows = [(r["version"], r["operation"], r["operationParameters"], r["userMetadata"])
                     for r in self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)}").collect()]
-        return sorted((int(v), EVOLVE_MARK if mark == EVOLVE_MARK else str(op),
-                       str((params or {}).get("version", "")))
+        return sorted((int(v), _operation(op, params, mark), str((params or {}).get("version", "")))
                       for v, op, params, mark in rows if int(v) > after_version)
 
     def version(self, path: str) -> int | None:
@@ -386,3 +389,11 @@ def _configure(spark):
         spark.conf.set(key, value)
     udfs.register(spark)
     return spark
+
+
+def _operation(operation, parameters, mark) -> str:
+    if mark == EVOLVE_MARK:
+        return EVOLVE_MARK
+    if operation == "MERGE" and any(guard in str(parameters) for guard in _OWN_MERGE_GUARDS):
+        return OWN_MERGE
+    return str(operation)

@@ -22,6 +22,7 @@ class Document:
     file: str
     values: Any
     lines: dict[str, int]
+    interpolated: frozenset[str] = frozenset()  # key paths whose value came through ${VAR}
 
     def error(self, message: str, path: str) -> ConfigError:
         return ConfigError(message, self.file, path, self.line_of(path))
@@ -48,12 +49,14 @@ def read_document(file: str | Path, environ: dict[str, str] | None = None) -> Do
         raise ConfigError(f"invalid YAML: {problem}", file,
                           line=mark.line + 1 if mark else None) from None
     lines: dict[str, int] = {}
+    expanded: set[str] = set()
     env = os.environ if environ is None else environ
-    values = _to_values(node, "", lines, env, file) if node is not None else {}
-    return Document(file, values, lines)
+    values = _to_values(node, "", lines, expanded, env, file) if node is not None else {}
+    return Document(file, values, lines, frozenset(expanded))
 
 
-def _to_values(node: yaml.Node, path: str, lines: dict[str, int], env, file: str) -> Any:
+def _to_values(node: yaml.Node, path: str, lines: dict[str, int], expanded: set[str], env,
+               file: str) -> Any:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         result: dict[str, Any] = {}
@@ -63,13 +66,15 @@ def _to_values(node: yaml.Node, path: str, lines: dict[str, int], env, file: str
             if key in result:
                 raise ConfigError(f"duplicate key `{key}`", file, child, key_node.start_mark.line + 1)
             lines[child] = key_node.start_mark.line + 1
-            result[key] = _to_values(value_node, child, lines, env, file)
+            result[key] = _to_values(value_node, child, lines, expanded, env, file)
         return result
     if isinstance(node, yaml.SequenceNode):
-        return [_to_values(item, f"{path}[{i}]", lines, env, file) for i, item in enumerate(node.value)]
+        return [_to_values(item, f"{path}[{i}]", lines, expanded, env, file)
+                for i, item in enumerate(node.value)]
     value = _SCALARS.construct_object(node)  # YAML's own typing: 5401 -> int, true -> bool
     if isinstance(value, str) and "${" in value:
         value = _interpolate(value, path, env, file, node.start_mark.line + 1)
+        expanded.add(path)
     return value
 
 

@@ -191,6 +191,11 @@ def _read_secrets(pipeline: Pipeline, doc: Document) -> Pipeline:
     if source.ssl.enabled and source.snapshot_reader == "native":
         raise doc.error("the native snapshot reader (connectorx) cannot use TLS files: use "
                         "snapshot_reader: auto or pymysql", "source.snapshot_reader")
+    if source.password and "source.password" not in doc.interpolated:
+        raise doc.error("the password is written in the pipeline file itself (not shown): "
+                        "take it from the environment (password: ${MYSQL_PASSWORD}) or from a "
+                        "file (password_file: /run/secrets/mysql), so that the file holds no "
+                        "secret", "source.password")
     if source.password_file:
         if source.password:
             raise doc.error("give `password` or `password_file`, not both",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from cdc_sql import faults
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
-from cdc_sql.engine import EVOLVE_MARK, table_ref
+from cdc_sql.engine import EVOLVE_MARK, OWN_MERGE, table_ref
 from cdc_sql.errors import ConfigError, SourceError, StateError
 from cdc_sql.lake import bronze
 from cdc_sql.source import ddl
@@ -95,7 +95,10 @@ def staging_path(root: str, name: str) -> str:
 
 # Commits that keep every row as it is: compaction, vacuum, and cdc-sql adding columns after a
 # source DDL (they hold NULL until a MERGE writes them).
-CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK)
+# Commits after our recorded version that need no one's attention: compaction and vacuum (same
+# content), and our own schema changes and MERGEs (a run that died before its state commit;
+# replaying a window is harmless, however often it happened).
+CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK, OWN_MERGE)
 
 
 def owned_tables(root: str, spec: Table) -> dict[str, str]:
@@ -115,8 +118,8 @@ def owned_versions(engine, root: str, spec: Table) -> dict[str, int | None]:
 def check_untouched(engine, root: str, spec: Table, table_state: dict) -> None:
     """Refuse to merge over a silver (or history) table someone else changed since our last
     commit. Allowed after it: compaction and vacuum (content unchanged), cdc-sql's own marked
-    schema changes, a RESTORE back to content we wrote, and one final MERGE (ours, when a run
-    died between its MERGE and the state commit; replaying the window is harmless)."""
+    schema changes, a RESTORE back to content we wrote, and our own MERGEs (runs that died
+    between a MERGE and the state commit; replaying a window is harmless)."""
     for key, path in owned_tables(root, spec).items():
         recorded = table_state.get(key)
         if recorded is not None and engine.exists(path):
@@ -138,9 +141,6 @@ def _check_commits(engine, root: str, label: str, path: str, recorded: int) -> N
             ours.add(version)
     if not foreign:
         return
-    if len(foreign) == 1 and foreign[0][1] == "MERGE" and all(
-            op == EVOLVE_MARK for v, op, _ in commits if v > foreign[0][0]):
-        return  # our last batch (its MERGE, then its TRUNCATEs), before a crash
     shown = ", ".join(f"version {v}: {op}" for v, op in foreign)
     raise StateError(
         f"{label} ({path}) was changed outside cdc-sql after its version "

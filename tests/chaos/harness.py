@@ -37,6 +37,9 @@ from tests.integration.helpers import state_log
 from tests.integration.writer import RandomWriter
 
 PIPELINE_USER, PIPELINE_PASSWORD = "pipeline", "chaos-secret"
+DISTURBANCES = ("restart-crash", "restart-clean", "kill-connections", "kill-connections-binlog",
+                "flush-logs")
+RECOVERY_SECONDS = 60.0
 
 
 @dataclass
@@ -56,8 +59,10 @@ class Report:
     plan: Plan
     kills: Counter = field(default_factory=Counter)      # by phase
     faults: Counter = field(default_factory=Counter)     # by kind
-    exits: Counter = field(default_factory=Counter)      # exit codes of runs we did not kill
+    exits: Counter = field(default_factory=Counter)      # exit codes of runs that ended first
     failures: list[str] = field(default_factory=list)    # last stderr line of runs that failed
+    recovered: Counter = field(default_factory=Counter)  # disturbances the run got over
+    stalled: list[str] = field(default_factory=list)     # ... and those it hung after
     writer_transactions: int = 0
     writer_rate: float = 0.0
     large_transactions: int = 0
@@ -69,10 +74,14 @@ class Report:
     def total_kills(self) -> int:
         return sum(self.kills.values())
 
+    def kills_in(self, phase: str) -> int:
+        return sum(n for name, n in self.kills.items() if name.startswith(phase))
+
     def summary(self) -> str:
         return json.dumps({
             "seed": self.plan.seed, "kills": self.total_kills, "kills_by_phase": self.kills,
-            "faults": self.faults, "exits_of_disturbed_runs": self.exits,
+            "faults": self.faults, "recovered_by_itself": self.recovered,
+            "stalled": self.stalled, "exits_before_a_kill": self.exits,
             "writer_transactions": self.writer_transactions,
             "writer_tx_per_s": round(self.writer_rate), "large_transactions":
                 self.large_transactions, "seconds": round(self.seconds),
@@ -113,15 +122,15 @@ class Chaos:
         return self.report
 
     def _prepare(self) -> None:
+        self.server.execute("CREATE DATABASE chaos")
         self.server.execute(
-            "CREATE DATABASE chaos",
-            "CREATE TABLE chaos.items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
-            f"INSERT INTO chaos.items SELECT seq, CONCAT('v', seq), seq "
-            f"FROM seq_1_to_{self.plan.rows}",
-            "CREATE TABLE chaos.accounts (code VARCHAR(12) PRIMARY KEY, balance BIGINT, "
+            "CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+            f"INSERT INTO items SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_{self.plan.rows}",
+            "CREATE TABLE accounts (code VARCHAR(12) PRIMARY KEY, balance BIGINT, "
             "touched DATETIME(6))",
-            f"INSERT INTO chaos.accounts SELECT CONCAT('a', seq), 0, NOW(6) "
-            f"FROM seq_1_to_{self.plan.accounts}",
+            f"INSERT INTO accounts SELECT CONCAT('a', seq), 0, NOW(6) "
+            f"FROM seq_1_to_{self.plan.accounts}", db="chaos")
+        self.server.execute(
             f"CREATE USER {PIPELINE_USER}@'%' IDENTIFIED BY '{PIPELINE_PASSWORD}'",
             f"GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO {PIPELINE_USER}@'%'")
         self.file.write_text(textwrap.dedent(f"""\
@@ -148,7 +157,8 @@ class Chaos:
     # -- faults -----------------------------------------------------------------------------
     def _disturb(self) -> None:
         scripted = ["restart-crash", "kill-connections", "kill"]  # mid-snapshot
-        while self.report.total_kills < self.plan.kills:
+        while self.report.total_kills < self.plan.kills or \
+                self.report.kills_in("binlog") < self.plan.kills // 3:
             fault = scripted.pop(0) if scripted else self._random_fault()
             self._round(fault)
 
@@ -163,9 +173,9 @@ class Chaos:
 
     def _round(self, fault: str) -> None:
         env = {**os.environ, "CHAOS_PASSWORD": PIPELINE_PASSWORD}
-        if fault == "kill-at-point":
-            point = self.rng.choice(faults.POINTS)
-            env["CDC_SQL_KILL_AT"] = f"{point}@{self.rng.randint(1, 3)}"
+        if fault == "kill-at-point":  # a point this phase reaches
+            points = faults.POINTS[:1] if self._phase() == "snapshot" else faults.POINTS[1:]
+            env["CDC_SQL_KILL_AT"] = f"{self.rng.choice(points)}@{self.rng.randint(1, 2)}"
         process = subprocess.Popen(
             [sys.executable, "-m", "cdc_sql.cli", "run", str(self.file)], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -176,13 +186,13 @@ class Chaos:
         else:
             _wait(process, self.rng.uniform(0.3, self.plan.max_wait))
         if fault == "kill-at-point":
-            _wait(process, 20)  # it kills itself at its point (or reaches no point)
+            _wait(process, 30)  # it kills itself at its point (or reaches none in time)
+        before = self._progress()
         kind = self._inject(fault, process)
         self.report.faults[kind] += 1
-        if kind in ("restart-crash", "restart-clean", "kill-connections",
-                    "kill-connections-binlog", "flush-logs"):
-            _wait(process, self.rng.uniform(1.0, 4.0))  # it must survive or fail cleanly
-        self._end(process, stderr, phase, polite=(fault == "sigterm"))
+        if kind in DISTURBANCES and process.poll() is None:
+            self._wait_for_progress(process, before, kind)
+        self._end(process, stderr, phase, fault)
 
     def _inject(self, fault: str, process) -> str:
         phase = self._phase()
@@ -206,7 +216,11 @@ class Chaos:
                 except pymysql.err.OperationalError:
                     pass  # it ended meanwhile
 
-    def _end(self, process, stderr, phase: str, polite: bool) -> None:
+    def _end(self, process, stderr, phase: str, fault: str) -> None:
+        outcome = self._stop(process, stderr, phase, polite=fault == "sigterm")
+        self.log(f"  {fault} in {phase}: {outcome} (kills so far: {self.report.total_kills})")
+
+    def _stop(self, process, stderr, phase: str, polite: bool) -> str:
         if process.poll() is None and polite:
             process.send_signal(signal.SIGTERM)
             _wait(process, 60)
@@ -214,15 +228,43 @@ class Chaos:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             self.report.kills[phase] += 1
+            outcome = "SIGKILL"
         elif process.returncode == -signal.SIGKILL:
             self.report.kills[phase + " (crash point)"] += 1
+            outcome = "killed itself at its crash point"
         else:
             self.report.exits[process.returncode] += 1
+            outcome = f"exited {process.returncode}"
             if process.returncode != 0:
                 self.report.failures.append(stderr.last_error())
-        stderr.join()
+                outcome += f": {self.report.failures[-1][:300]}"
+        stderr.join(timeout=5)
+        return outcome
 
     # -- where the pipeline is ----------------------------------------------------------------
+    def _progress(self) -> tuple:
+        """Splits done, capture position, applied offsets: one of them moves while the
+        pipeline works (the writer never stops)."""
+        entries = {(kind, name): value for kind, name, value in state_log(self.root)}
+        return (sum(1 for (kind, _), v in entries.items()
+                    if kind == "split" and v.get("status") == "done"),
+                str(entries.get(("capture", "binlog"), {}).get("position")),
+                tuple(sorted(str(v.get("applied")) for (kind, _), v in entries.items()
+                             if kind == "table")))
+
+    def _wait_for_progress(self, process, before: tuple, fault: str) -> None:
+        """After a disturbance the run must get going again by itself (follow mode retries),
+        or exit with a clear message; hanging is a failure."""
+        deadline = time.monotonic() + RECOVERY_SECONDS
+        while process.poll() is None and time.monotonic() < deadline:
+            if self._progress() != before:
+                self.report.recovered[fault] += 1
+                self.log(f"  ... the run got going again after {fault}")
+                return
+            time.sleep(0.25)
+        if process.poll() is None:
+            self.report.stalled.append(f"{fault}: no progress {RECOVERY_SECONDS}s after it")
+
     def _splits(self) -> tuple[int, int]:
         splits = {name: value for kind, name, value in state_log(self.root) if kind == "split"}
         done = sum(1 for v in splits.values() if v.get("status") == "done")

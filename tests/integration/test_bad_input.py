@@ -82,17 +82,19 @@ VALID = """\
     (("${TEST_MYSQL_PASSWORD}", "${NOT_SET_ANYWHERE}"), ("NOT_SET_ANYWHERE",)),
     (("  user: cdc", "  user: cdc\n  password_file: secret.txt"),
      ("source.password_file", "not both")),
+    (("${TEST_MYSQL_PASSWORD}", "hunter2-in-the-file"),
+     ("source.password", "written in the pipeline file", "password_file")),
     (("    source: shop.orders", "    source: shop.orders\n    projection: SELECT id, FROM x"),
      ("tables[0].projection",)),
 ], ids=["yaml-syntax", "unknown-key", "wrong-type", "unset-variable", "two-passwords",
-        "projection-syntax"])
+        "password-in-the-file", "projection-syntax"])
 def test_pipeline_file_errors(tmp_path, capsys, change, fragments):
     old, new = change
     file = write(tmp_path, VALID.replace(old, new.replace("\n", "\n    "), 1))
     for verb in ("validate", "run"):
         message = refused(capsys, verb, file)
         assert all(f in message for f in fragments), message
-        assert "pipeline.yaml" in message
+        assert "pipeline.yaml" in message and "hunter2" not in message
     assert lake_files(tmp_path / "lake") == []
 
 
@@ -120,8 +122,9 @@ def test_projection_dropping_the_key(shop, make_pipeline, capsys):
     run_refused(capsys, pipeline, "drops the primary-key column `id`")
 
 
-def test_bad_credentials(shop, make_pipeline, capsys):
-    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", password="wrong-pw-123")
+def test_bad_credentials(shop, make_pipeline, capsys, monkeypatch):
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders")
+    monkeypatch.setenv("TEST_MYSQL_PASSWORD", "wrong-pw-123")
     run_refused(capsys, pipeline, "access denied for cdc@127.0.0.1", "source.password")
     assert "wrong-pw-123" not in capsys.readouterr().err
 
@@ -155,7 +158,7 @@ def test_missing_grants(shop, make_pipeline, mariadb, capsys):
     mariadb.execute("CREATE USER IF NOT EXISTS reader@'%' IDENTIFIED BY 'pw-reader'",
                     "GRANT SELECT ON *.* TO reader@'%'")
     pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", user="reader",
-                             password="pw-reader")
+                             password="${READER_PASSWORD:-pw-reader}")
     run_refused(capsys, pipeline, "needs BINLOG MONITOR", "GRANT SELECT, REPLICATION SLAVE")
     mariadb.execute("GRANT BINLOG MONITOR ON *.* TO reader@'%'")
     run_refused(capsys, pipeline, "lacks REPLICATION SLAVE", "GRANT SELECT, REPLICATION SLAVE")

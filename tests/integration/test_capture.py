@@ -116,7 +116,7 @@ def private_source(server: MariaDB, tmp_path: Path) -> Path:
                    "INSERT INTO d.t VALUES (1)")
     path = tmp_path / "p.yaml"
     path.write_text(f"name: p\nsource:\n  host: 127.0.0.1\n  port: {server.port}\n"
-                    f"  user: {USER}\n  password: {PASSWORD}\n"
+                    f"  user: {USER}\n  password: ${{CDC_TEST_PASSWORD:-{PASSWORD}}}\n"
                     f"target:\n  path: {tmp_path / 'lake'}\n"
                     f"tables:\n  - name: t\n    source: d.t\n")
     return path

@@ -42,9 +42,9 @@ class RandomWriter(threading.Thread):
     def _write(self, conn, cur) -> None:
         while not self.halt.is_set() and self.committed < self.max_transactions:
             if self.rate:
-                due = self.started + self.committed / self.rate
-                if due > time.monotonic():
-                    time.sleep(due - time.monotonic())
+                ahead = self.started + self.committed / self.rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
             try:
                 self._transaction(cur)
                 if self.random.random() < 0.1:

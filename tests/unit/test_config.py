@@ -133,8 +133,9 @@ def test_pattern_must_match_whole_name():
 
 
 def test_cli_validate_offline_exit_codes(tmp_path, capsys):
-    assert main(["validate", "--offline", str(write(tmp_path, GOOD.replace("${PW}", "x")))]) == 0
-    bad = write(tmp_path, GOOD.replace("${PW}", "x").replace("  user: cdc\n", "  user: cdc\n  hots: x\n"))
+    good = GOOD.replace("${PW}", "${PW:-x}")
+    assert main(["validate", "--offline", str(write(tmp_path, good))]) == 0
+    bad = write(tmp_path, good.replace("  user: cdc\n", "  user: cdc\n  hots: x\n"))
     assert main(["validate", "--offline", str(bad)]) == 1
     message = capsys.readouterr().err
     assert "source.hots" in message and str(bad) in message and ":5" in message
@@ -144,3 +145,28 @@ def test_cli_usage_error_exits_2():
     with pytest.raises(SystemExit) as info:
         main(["frobnicate"])
     assert info.value.code == 2
+
+
+def test_password_from_a_file_relative_to_the_pipeline(tmp_path):
+    (tmp_path / "secret").write_text("from-the-file\n")
+    text = GOOD.replace("  password: ${PW}\n", "  password_file: secret\n")
+    assert load_pipeline(write(tmp_path, text), environ={}).source.password == "from-the-file"
+    (tmp_path / "secret").unlink()
+    err = error_for(tmp_path, text)
+    assert err.path == "source.password_file" and "cannot read" in str(err)
+
+
+def test_tls_files_resolved_and_checked(tmp_path):
+    (tmp_path / "ca.pem").write_text("pem")
+    text = GOOD.replace("  user: cdc\n", "  user: cdc\n  ssl: {ca: ca.pem}\n")
+    source = load_pipeline(write(tmp_path, text), environ={"PW": "p"}).source
+    assert source.ssl.ca == str(tmp_path / "ca.pem")
+    assert source.ssl.pymysql() == {"ca": str(tmp_path / "ca.pem"), "check_hostname": False}
+    err = error_for(tmp_path, text.replace("ca.pem", "missing.pem"))
+    assert err.path == "source.ssl.ca" and "no such file" in str(err)
+    err = error_for(tmp_path, text.replace("{ca: ca.pem}", "{ca: ca.pem, cert: ca.pem}"))
+    assert err.path == "source.ssl.key" and "go together" in str(err)
+    err = error_for(tmp_path, text.replace("  user: cdc\n", "  user: cdc\n  snapshot_reader: native\n"))
+    assert err.path == "source.snapshot_reader" and "TLS" in str(err)
+    plain = load_pipeline(write(tmp_path, GOOD), environ={"PW": "p"}).source
+    assert plain.ssl.pymysql() is None
