@@ -22,6 +22,7 @@ from cdc_sql.sql import quote, string_literal
 log = logging.getLogger(__name__)
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
 _MAX_SLICE_BYTES = 32 * 2**20
+TARGET_FILE_BYTES = 128 * 2**20  # silver files after clustering
 EVOLVE_MARK = "cdc-sql: schema change"  # commit metadata of cdc-sql's own schema changes
 # A MERGE whose conditions use cdc-sql's own guard columns: one of ours (Sail writes no commit
 # metadata, but every engine records the MERGE's predicates).
@@ -234,7 +235,8 @@ class Engine:
         else:
             rows = [(r["version"], r["operation"], r["operationParameters"], r["userMetadata"])
                     for r in self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)}").collect()]
-        return sorted((int(v), _operation(op, params, mark), str((params or {}).get("version", "")))
+        return sorted((int(v), _operation(op, params, mark),
+                       str((params or {}).get("version", "")))
                       for v, op, params, mark in rows if int(v) > after_version)
 
     def version(self, path: str) -> int | None:
@@ -263,6 +265,20 @@ class Engine:
         return {"files_added": compacted.get("numFilesAdded", 0),
                 "files_removed": compacted.get("numFilesRemoved", 0),
                 "files_vacuumed": len(removed)}
+
+    def cluster(self, path: str, columns: list[str]) -> None:
+        """Rewrite the table sorted by `columns` (the key) into files of TARGET_FILE_BYTES, so
+        each file holds one key range and a MERGE rewrites only the files of the keys it
+        changes (Sail and Delta both skip files no changed key falls in): ZORDER on Spark,
+        delta-rs z-order here. Rows do not change: an OPTIMIZE commit."""
+        if self.mode != "sail" or "://" in str(path):
+            self.spark.sql(f"OPTIMIZE {table_ref(path)} ZORDER BY "
+                           f"({', '.join(quote(c) for c in columns)})").collect()
+            return
+        from deltalake import DeltaTable
+
+        DeltaTable(str(path)).optimize.z_order(columns, target_size=TARGET_FILE_BYTES,
+                                               writer_properties=_writer_properties())
 
     def register(self, catalog: str, schema: str, name: str, path: str) -> str:
         """Make a Delta table reachable by name; returns the name. Sail's catalog lives in its

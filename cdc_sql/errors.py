@@ -32,9 +32,9 @@ class SourceError(CdcError):
 # query interrupted.
 TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1927, 1053, 1317, 1152, 1158, 1159,
                              1160, 1161})
-_TRANSIENT_TEXT = ("lost connection", "server has gone away", "connection refused",
-                   "connection was killed", "connection reset", "broken pipe",
-                   "shutdown in progress", "can't connect", "unexpected eof")
+_TRANSIENT_TEXT = ("lost connection", "lost the binlog connection", "server has gone away",
+                   "connection refused", "connection was killed", "connection reset",
+                   "broken pipe", "shutdown in progress", "can't connect", "unexpected eof")
 
 
 def is_transient(code: int | None, text: str) -> bool:

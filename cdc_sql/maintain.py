@@ -63,6 +63,11 @@ def maintain(engine, pipeline, retention_hours: float | None = None,
                   staging_path(root, f"{spec.name}_history")]
         versions.append(spec)
     state.compact()
+    for spec in versions:  # silver and history: one key range per file (see Engine.cluster)
+        key = tables[spec.name].get("key")
+        for path in owned_tables(root, spec).values():
+            if key and engine.exists(path):
+                engine.cluster(path, key)
     for path in paths:
         if engine.exists(path):
             report["files"][path] = engine.compact_and_vacuum(path, retention)

@@ -15,7 +15,6 @@ import datetime as dt
 import logging
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,12 +27,12 @@ from cdc_sql.lake.silver import (SilverPlan, check_untouched, history_path, merg
                                  owned_tables, owned_versions, plan_silver, silver_path)
 from cdc_sql.lake.state import Checkpoint, State, check_owner
 from cdc_sql.progress import Progress
+from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_split
 from cdc_sql.source import mysql, startup
 from cdc_sql.source.binlog import BinlogReader
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Position
 from cdc_sql.source.schema import SourceTable, read_tables
-from cdc_sql.source.snapshot import read_split
 from cdc_sql.source.splits import Split, plan_splits
 from cdc_sql.source.watermarks import binary_log_status
 
@@ -271,6 +270,8 @@ class Runner:
             bronze.ensure_snapshot_table(self.engine, self.root, table)
             bronze.drop_unfinished(self.engine, self.root, table,
                                    [s.split_id for t, s in pending if t is table])
+        if self.pipeline.source.snapshot_runner == "spark":
+            return self._land_as_spark_tasks(view, pending)
         progress = Progress("snapshot", len(pending))
         with ThreadPoolExecutor(self.pipeline.source.parallelism, "split") as pool:
             rows = sum(pool.map(lambda job: self._read_split(view, *job, progress), pending))
@@ -281,26 +282,27 @@ class Runner:
                     progress: Progress) -> int:
         if self.stop.is_set():  # SIGTERM: splits not started wait for the next run
             return 0
-        attempt = uuid.uuid4().hex[:12]
-        read = read_split(self.pipeline.source, table, split, view.mariadb,
-                          reader=self.pipeline.source.snapshot_reader)
-        read_at = dt.datetime.now(dt.timezone.utc)
-        watermark = read.watermark.position
-        # A GTID watermark gets its offset from the binlog reader; until then rows carry none.
-        offset = watermark.offset.text if read.watermark.resolved else ""
-        rows = bronze.write_split(self.engine, self.root, table, read.batches, split.split_id,
-                                  attempt, offset, read_at, on_batch=progress.add_rows)
-        faults.point("split.written")  # bronze has the split's rows, state not yet
-        # A position after the read: the rows hold no change from after it (with a reader in
-        # the watermark's own snapshot, the watermark itself). History starts past every one.
-        in_snapshot = read.reader == "pymysql" and read.watermark.exact
-        read_end = watermark if in_snapshot else _binlog_end(self.pipeline.source)
-        self.state.write(("split", split.name, {
-            **split.to_json(), "status": "done", "attempt": attempt, "rows": rows,
-            "watermark": offset or None, "watermark_position": str(watermark),
-            "watermark_gtid": read.watermark.gtid_set, "watermark_exact": read.watermark.exact,
-            "reader": read.reader, "read_end": read_end.offset.text}))
+
+        def write(table, batches, split_id, attempt, offset, read_at) -> int:
+            return bronze.write_split(self.engine, self.root, table, batches, split_id, attempt,
+                                      offset, read_at, on_batch=progress.add_rows)
+
+        entry = land_split(self.pipeline.source, table, split, view.mariadb, write)
+        self.state.write(("split", split.name, entry))
         progress.split_done()
+        return entry["rows"]
+
+    def _land_as_spark_tasks(self, view: SourceView, pending: list[tuple[SourceTable, Split]]
+                             ) -> int:
+        """One Spark task per split; state records them together when the job is done."""
+        started = time.monotonic()
+        log.info("snapshot: %d splits as Spark tasks", len(pending))
+        entries = land_as_spark_tasks(self.engine, self.root, self.pipeline.source, pending,
+                                      view.mariadb)
+        self.state.write(*(("split", Split.from_json(e).name, e) for e in entries))
+        rows = sum(e["rows"] for e in entries)
+        log.info("snapshot finished: %d splits, %d rows in %.1fs as Spark tasks", len(entries),
+                 rows, time.monotonic() - started)
         return rows
 
     # -- phase 3: binlog capture ----------------------------------------------------------------
@@ -423,11 +425,13 @@ class Runner:
                     upto = capture_offset(capture)
                 merge_batch(self.engine, self.root, plan, "", upto, _done_splits(splits),
                             history_start)
+                for path in owned_tables(self.root, plan.spec).values():  # the whole snapshot
+                    self.engine.cluster(path, list(plan.key))  # went in: one range per file
             source_time = capture.get("source_time") if capture and upto == capture_offset(
                 capture) else None
             self.state.write(("table", plan.spec.name, {
                 "applied": upto, "snapshot_merged": True, "source_time": source_time,
-                **owned_versions(self.engine, self.root, plan.spec)}))
+                "key": list(plan.key), **owned_versions(self.engine, self.root, plan.spec)}))
             faults.point("state.committed")
             self.batches.append({"phase": "merge", "table": plan.spec.name,
                                  "seconds": round(time.monotonic() - started, 3)})
@@ -461,11 +465,6 @@ def _done_splits(splits: list[dict]) -> dict[str, list[tuple[int, str, str]]]:
     for s in splits:
         done.setdefault(s["source_table"], []).append((s["split_id"], s["attempt"], s["watermark"]))
     return done
-
-
-def _binlog_end(source) -> Position:
-    with mysql.cursor(source) as cur:
-        return binary_log_status(cur)[0]
 
 
 def capture_offset(capture: dict) -> str:

@@ -78,6 +78,10 @@ class Source:
     binlog_batch_bytes: int = _key("... or after this many bytes of row images", 64 * 2**20,
                                    minimum=1)
     binlog_batch_seconds: float = _key("... or after this many seconds", 5.0, minimum=0)
+    snapshot_runner: str = _key("process: `parallelism` reader threads in this process; spark: "
+                                "one Spark task per split, on the executors (a cluster reads "
+                                "many splits at once; bronze must be reachable from them)",
+                                "process", choices=("process", "spark"))
     snapshot_reader: str = _key("auto (native where every column allows), native (connectorx), "
                                 "or pymysql", "auto", choices=("auto", "native", "pymysql"))
 

@@ -47,21 +47,28 @@ def write_split(engine, root: str, table: SourceTable, batches: Iterable[pa.Reco
                 on_batch=lambda rows: None) -> int:
     """Stream a split's rows into bronze, tagged with the split, attempt and watermark;
     `on_batch(rows)` follows progress. Returns the rows written."""
-    schema = snapshot_schema(table)
-    tags = [pa.scalar(split_id, pa.int32()), pa.scalar(attempt), pa.scalar(watermark),
-            pa.scalar(read_at, pa.timestamp("us", tz="UTC"))]
     written = 0
 
-    def tagged() -> Iterator[pa.RecordBatch]:
+    def counted() -> Iterator[pa.RecordBatch]:
         nonlocal written
-        for batch in batches:
-            columns = [*batch.columns, *(pa.repeat(tag, batch.num_rows) for tag in tags)]
-            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        for batch in tag_split_rows(table, batches, split_id, attempt, watermark, read_at):
+            yield batch
             written += batch.num_rows
             on_batch(batch.num_rows)
 
-    engine.append_arrow(snapshot_path(root, table), tagged(), schema)
+    engine.append_arrow(snapshot_path(root, table), counted(), snapshot_schema(table))
     return written
+
+
+def tag_split_rows(table: SourceTable, batches: Iterable[pa.RecordBatch], split_id: int,
+                   attempt: str, watermark: str, read_at: dt.datetime) -> Iterator[pa.RecordBatch]:
+    """A split's rows with the bronze tag columns: split, attempt, watermark, read time."""
+    schema = snapshot_schema(table)
+    tags = [pa.scalar(split_id, pa.int32()), pa.scalar(attempt), pa.scalar(watermark),
+            pa.scalar(read_at, pa.timestamp("us", tz="UTC"))]
+    for batch in batches:
+        columns = [*batch.columns, *(pa.repeat(tag, batch.num_rows) for tag in tags)]
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def ensure_snapshot_table(engine, root: str, table: SourceTable) -> None:

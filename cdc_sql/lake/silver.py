@@ -93,8 +93,6 @@ def staging_path(root: str, name: str) -> str:
     return f"{root}/_staging/{name}"
 
 
-# Commits that keep every row as it is: compaction, vacuum, and cdc-sql adding columns after a
-# source DDL (they hold NULL until a MERGE writes them).
 # Commits after our recorded version that need no one's attention: compaction and vacuum (same
 # content), and our own schema changes and MERGEs (a run that died before its state commit;
 # replaying a window is harmless, however often it happened).

@@ -9,17 +9,19 @@ from __future__ import annotations
 import argparse
 
 from cdc_sql.devdb import MariaDB
-from tests.bench import binlog, snapshot
+from tests.bench import binlog, scale, snapshot
 
 # stage -> (run, default sizes: the second 4x the first)
 STAGES = {"snapshot": (snapshot.run, [500_000, 2_000_000]),
-          "binlog": (binlog.run, [50_000, 200_000])}
+          "binlog": (binlog.run, [50_000, 200_000]),
+          "scale": (scale.run, [10_000_000])}  # not in the default stages: minutes, not seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", help="table sizes for every stage (default: per stage)")
-    parser.add_argument("--stages", default=",".join(STAGES))
+    parser.add_argument("--stages", default="snapshot,binlog",
+                        help=f"comma-separated, of {', '.join(STAGES)}")
     args = parser.parse_args()
     results = []
     with MariaDB(extra_flags=["--innodb-buffer-pool-size=2G"]) as db:

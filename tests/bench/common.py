@@ -43,7 +43,8 @@ def create_table(db: MariaDB, rows: int, stage: str) -> str:
 
 
 def write_pipeline(db: MariaDB, table: str, workdir: Path, startup: str = "initial",
-                   chunk_size: int = 100_000, parallelism: int = 2) -> Path:
+                   chunk_size: int = 100_000, parallelism: int = 2,
+                   runner: str = "process") -> Path:
     path = workdir / "pipeline.yaml"
     path.write_text(f"""name: bench
 source:
@@ -55,6 +56,7 @@ source:
   startup: {startup}
   chunk_size: {chunk_size}
   parallelism: {parallelism}
+  snapshot_runner: {runner}
 target:
   path: {workdir / 'lake'}
 tables:

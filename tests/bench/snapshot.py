@@ -37,6 +37,10 @@ def run(db: MariaDB, rows: int, parallelism: int = 2) -> list[Result]:
                               chunk_size=100_000, parallelism=parallelism)
     out, peak = run_child("-m", "tests.bench.snapshot_child", str(pipeline))
     seconds = json.loads(out.strip().splitlines()[-1])["seconds"]
+    tasks = write_pipeline(db, table, workdir(), startup="snapshot-only", chunk_size=100_000,
+                           runner="spark")
+    out, tasks_peak = run_child("-m", "tests.bench.snapshot_child", str(tasks))
+    tasks_seconds = json.loads(out.strip().splitlines()[-1])["seconds"]
     return [
         Result("server stream (mariadb --quick)", rows, rows / server),
         Result("bare pymysql SSCursor scan", rows, rows / bare),
@@ -44,4 +48,6 @@ def run(db: MariaDB, rows: int, parallelism: int = 2) -> list[Result]:
                "server stream", server),
         Result(f"snapshot -> bronze (p={parallelism})", rows, seconds, peak,
                "pymysql scan", bare),
+        Result("snapshot as Spark tasks (Sail)", rows, tasks_seconds, tasks_peak,
+               "server stream", server),
     ]

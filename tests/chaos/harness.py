@@ -188,13 +188,13 @@ class Chaos:
         if fault == "kill-at-point":
             _wait(process, 30)  # it kills itself at its point (or reaches none in time)
         before = self._progress()
-        kind = self._inject(fault, process)
-        self.report.faults[kind] += 1
-        if kind in DISTURBANCES and process.poll() is None:
-            self._wait_for_progress(process, before, kind)
+        self._inject(fault)
+        self.report.faults[fault] += 1
+        if fault in DISTURBANCES and process.poll() is None:
+            self._wait_for_progress(process, before, fault)
         self._end(process, stderr, phase, fault)
 
-    def _inject(self, fault: str, process) -> str:
+    def _inject(self, fault: str) -> None:
         phase = self._phase()
         if fault.startswith("restart"):
             self.log(f"  restart MariaDB ({'crash' if 'crash' in fault else 'clean'}) "
@@ -204,7 +204,6 @@ class Chaos:
             self._kill_connections()
         elif fault == "flush-logs":
             self.server.execute("FLUSH BINARY LOGS")
-        return fault
 
     def _kill_connections(self) -> None:
         with self.server.connect() as conn, conn.cursor() as cur:

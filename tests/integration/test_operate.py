@@ -100,3 +100,43 @@ def test_maintain_keeps_bronze_inside_the_retention(orders, mariadb, make_pipeli
     assert set(report["pruned"].values()) == {0}
     assert engine.read(f"{pipeline.root}/bronze/_binlog").count() == 50
     assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
+
+
+def _files(path):
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pydict()
+    return sorted(zip(adds["min.id"], adds["max.id"]))
+
+
+def _last_merge_metrics(path):
+    from deltalake import DeltaTable
+
+    (commit,) = DeltaTable(path).history(1)
+    assert commit["operation"] == "MERGE"
+    return commit["operationMetrics"]
+
+
+def test_silver_files_hold_key_ranges_so_a_merge_rewrites_only_its_files(
+        mariadb, database, make_pipeline, engine, monkeypatch):
+    from cdc_sql import engine as engines
+
+    monkeypatch.setattr(engines, "TARGET_FILE_BYTES", 96 * 1024)
+    mariadb.execute("CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(40))",
+                    "INSERT INTO big SELECT seq, MD5(seq) FROM seq_1_to_60000", db=database)
+    pipeline = make_pipeline(f"- name: big\n  source: {database}.big\n  history: true",
+                             chunk_size=5000)
+    run(pipeline, engine)
+    path = silver_path(str(pipeline.root), "big")
+    files = _files(path)
+    assert len(files) >= 4
+    assert all(high < low for (_, high), (low, _) in zip(files, files[1:]))  # disjoint ranges
+    mariadb.execute("UPDATE big SET v = 'changed' WHERE id BETWEEN 100 AND 400", db=database)
+    run(pipeline, engine)
+    metrics = _last_merge_metrics(path)
+    assert metrics["numTargetFilesRemoved"] == 1 and metrics["numTargetRowsUpdated"] == 301
+    assert maintain(engine, pipeline, retention_hours=1000)["skipped"] == []
+    files = _files(path)
+    assert all(high < low for (_, high), (low, _) in zip(files, files[1:]))
+    assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
