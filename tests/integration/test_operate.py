@@ -102,7 +102,7 @@ def test_maintain_keeps_bronze_inside_the_retention(orders, mariadb, make_pipeli
     assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
 
 
-def _files(path):
+def _key_ranges(path):
     import pyarrow as pa
     from deltalake import DeltaTable
 
@@ -129,7 +129,7 @@ def test_silver_files_hold_key_ranges_so_a_merge_rewrites_only_its_files(
                              chunk_size=5000)
     run(pipeline, engine)
     path = silver_path(str(pipeline.root), "big")
-    files = _files(path)
+    files = _key_ranges(path)
     assert len(files) >= 4
     assert all(high < low for (_, high), (low, _) in zip(files, files[1:]))  # disjoint ranges
     mariadb.execute("UPDATE big SET v = 'changed' WHERE id BETWEEN 100 AND 400", db=database)
@@ -137,6 +137,6 @@ def test_silver_files_hold_key_ranges_so_a_merge_rewrites_only_its_files(
     metrics = _last_merge_metrics(path)
     assert metrics["numTargetFilesRemoved"] == 1 and metrics["numTargetRowsUpdated"] == 301
     assert maintain(engine, pipeline, retention_hours=1000)["skipped"] == []
-    files = _files(path)
+    files = _key_ranges(path)
     assert all(high < low for (_, high), (low, _) in zip(files, files[1:]))
     assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
