@@ -277,8 +277,9 @@ class Engine:
             return
         from deltalake import DeltaTable
 
-        DeltaTable(str(path)).optimize.z_order(columns, target_size=TARGET_FILE_BYTES,
-                                               writer_properties=_writer_properties())
+        DeltaTable(str(path)).optimize.z_order(  # sorts spill to disk past 512 MB
+            columns, target_size=TARGET_FILE_BYTES, max_spill_size=512 * 2**20,
+            writer_properties=_writer_properties())
 
     def register(self, catalog: str, schema: str, name: str, path: str) -> str:
         """Make a Delta table reachable by name; returns the name. Sail's catalog lives in its
