@@ -37,7 +37,7 @@ def create_table(db: MariaDB, rows: int, stage: str) -> str:
     name = f"{stage}_{rows}"
     db.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE_DDL.format(name=name),
                f"INSERT INTO bench.{name} SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
-               f"'2024-01-01' + INTERVAL seq SECOND, seq * 1.5, '2024-01-01' + INTERVAL seq MINUTE "
+               f"'2024-01-01' + INTERVAL seq SECOND, seq * 1.5, '2024-01-01' + INTERVAL (seq % 5000000) MINUTE "
                f"FROM bench.seq_1_to_{rows}")
     return name
 
