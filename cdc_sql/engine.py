@@ -30,6 +30,17 @@ OWN_MERGE = "cdc-sql: merge"
 _OWN_MERGE_GUARDS = ("_cdc_offset", "_cdc_valid_from")
 
 
+def append_with_delta_rs(path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+                         max_commit_retries: int | None = None) -> None:
+    """One delta-rs append commit of a stream of Arrow batches; memory follows one batch.
+    `max_commit_retries`: for many writers committing at once (each lost race is a retry)."""
+    from deltalake import CommitProperties, write_deltalake
+
+    write_deltalake(str(path), pa.RecordBatchReader.from_batches(schema, batches), mode="append",
+                    writer_properties=_writer_properties(),
+                    commit_properties=CommitProperties(max_commit_retries=max_commit_retries))
+
+
 def _writer_properties():
     """LZ4 for bronze and state: about 10% more snapshot rows/s than Snappy here, and read by
     every Parquet reader cdc-sql targets (Spark, Sail, delta-rs)."""
@@ -95,10 +106,7 @@ class Engine:
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> None:
         """Append a stream of Arrow batches; memory follows one batch."""
         if self._delta_rs(path):
-            from deltalake import write_deltalake
-
-            reader = pa.RecordBatchReader.from_batches(schema, batches)
-            write_deltalake(str(path), reader, mode="append", writer_properties=_writer_properties())
+            append_with_delta_rs(path, batches, schema)
             return
         for batch in batches:  # Sail rejects gRPC messages over 128 MB: send slices
             rows = max(1, int(batch.num_rows * _MAX_SLICE_BYTES / max(batch.nbytes, 1)))

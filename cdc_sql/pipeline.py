@@ -28,7 +28,7 @@ from cdc_sql.lake.silver import (SilverPlan, check_untouched, history_path, merg
 from cdc_sql.lake.state import Checkpoint, State, check_owner
 from cdc_sql.progress import Progress
 from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_split
-from cdc_sql.source import mysql, startup
+from cdc_sql.source import mysql, preflight, startup
 from cdc_sql.source.binlog import BinlogReader
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Position
@@ -97,7 +97,7 @@ def check_replication_access(cur, source, mariadb: bool) -> list[str]:
     """Grants for reading the binlog, and no other replica using our server_id."""
     import pymysql
 
-    monitor = "BINLOG MONITOR" if mariadb else "REPLICATION CLIENT"
+    monitor = preflight.monitor_privilege(mariadb)
     grant = (f"GRANT SELECT, REPLICATION SLAVE, {monitor} ON *.* TO "
              f"'{source.user}'@'%'")
     try:
@@ -173,11 +173,11 @@ class Runner:
         view = inspect_source(self.pipeline)
         for warning in view.warnings:
             log.warning(warning)
-        self._claim_target()
+        checkpoint = self.state.load()
+        self._claim_target(checkpoint)
         started = time.monotonic()
         summary = {"run_id": self.state.run_id, "started_at": _now(), "outcome": "failed"}
         try:
-            checkpoint = self.state.load()
             bronze.ensure_binlog_table(self.engine, self.root)
             self._start_capture(view, checkpoint)
             with timed(summary, "snapshot"):
@@ -218,8 +218,7 @@ class Runner:
             except Exception:  # noqa: BLE001 - never hide the run's own error
                 log.exception("could not record the run outcome")
 
-    def _claim_target(self) -> None:
-        checkpoint = self.state.load()
+    def _claim_target(self, checkpoint: Checkpoint) -> None:
         check_owner(checkpoint, self.pipeline.name, self.root)
         if not checkpoint.get("pipeline", "owner"):
             self.state.write(("pipeline", "owner", {"name": self.pipeline.name,

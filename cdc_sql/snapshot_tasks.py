@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Iterator
 import pyarrow as pa
 
 from cdc_sql import faults
+from cdc_sql.engine import append_with_delta_rs
 from cdc_sql.lake import bronze
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable
@@ -82,25 +83,17 @@ def _task(root: str, source, jobs: list[tuple[SourceTable, Split]], mariadb: boo
 def _delta_rs_writer(root: str) -> Writer:
     """Executors have no Spark session of their own: they append with delta-rs. Appends never
     conflict, but each lost race costs delta-rs one retry, and many tasks finish at once."""
-    from deltalake import CommitProperties, write_deltalake
-
-    from cdc_sql.engine import _writer_properties
 
     def write(table, batches, split_id, attempt, offset, read_at) -> int:
-        written = 0
-
-        def counted():
-            nonlocal written
-            for batch in bronze.tag_split_rows(table, batches, split_id, attempt, offset,
-                                                read_at):
-                written += batch.num_rows
-                yield batch
-
-        schema = bronze.snapshot_schema(table)
-        write_deltalake(bronze.snapshot_path(root, table),
-                        pa.RecordBatchReader.from_batches(schema, counted()), mode="append",
-                        writer_properties=_writer_properties(),
-                        commit_properties=CommitProperties(max_commit_retries=10_000))
-        return written
+        return bronze.write_split(_ExecutorAppender(), root, table, batches, split_id, attempt,
+                                  offset, read_at)
 
     return write
+
+
+class _ExecutorAppender:
+    """The one thing bronze.write_split asks of an engine, done with delta-rs."""
+
+    @staticmethod
+    def append_arrow(path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> None:
+        append_with_delta_rs(path, batches, schema, max_commit_retries=10_000)

@@ -77,10 +77,15 @@ def sample_rate(cur, table: SourceTable) -> float:
     return rows / seconds if rows >= 1000 and seconds > 0 else 100_000.0  # too few to time
 
 
+def monitor_privilege(mariadb: bool) -> str:
+    """The privilege that shows the binlog position (MariaDB renamed MySQL's)."""
+    return "BINLOG MONITOR" if mariadb else "REPLICATION CLIENT"
+
+
 def needed_grants(user: str, mariadb: bool, startup: str,
                   databases: list[str]) -> list[tuple[str, str]]:
     """(GRANT statement, what it is for): exactly what this pipeline uses."""
-    monitor = "BINLOG MONITOR" if mariadb else "REPLICATION CLIENT"
+    monitor = monitor_privilege(mariadb)
     to = f"TO '{user}'@'%'"
     grants = [(f"GRANT SELECT ON {mysql_quote(db)}.* {to}", "snapshot reads") for db in databases]
     if startup == "snapshot-only":

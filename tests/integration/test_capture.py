@@ -11,7 +11,6 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_sql.devdb import PASSWORD, USER, MariaDB
-from cdc_sql.errors import SourceError
 from cdc_sql.lake.bronze import binlog_path
 from cdc_sql.source.offsets import Offset, file_sequence
 from tests.integration.helpers import assert_silver_equals, run

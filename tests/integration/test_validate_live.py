@@ -4,7 +4,7 @@ import re
 import pytest
 
 from cdc_sql.cli import main
-from cdc_sql.errors import ConfigError, SourceError
+from cdc_sql.errors import SourceError
 from cdc_sql.pipeline import inspect_source
 
 pytestmark = pytest.mark.integration
