@@ -24,7 +24,8 @@ from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver import (SilverPlan, check_untouched, history_path, merge_batch,
-                                 owned_tables, owned_versions, plan_silver, silver_path)
+                                 merge_snapshot, owned_tables, owned_versions, plan_silver,
+                                 silver_path)
 from cdc_sql.lake.state import Checkpoint, State, check_owner
 from cdc_sql.progress import Progress
 from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_split
@@ -402,10 +403,9 @@ class Runner:
                         fresh and upto < max(s["watermark"] for s in fresh):
                     continue
                 if fresh:
-                    merge_batch(self.engine, self.root, plan, applied, upto,
-                                _done_splits(fresh), history_start=applied)
+                    merge_batch(self.engine, self.root, plan, applied, upto, _done_splits(fresh))
                 elif not self._idle(plan, applied):
-                    merge_batch(self.engine, self.root, plan, applied, upto, None)
+                    merge_batch(self.engine, self.root, plan, applied, upto)
             else:
                 splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
                 if not splits or any(s["status"] != "done" or not s.get("watermark")
@@ -422,8 +422,8 @@ class Runner:
                     continue  # capture has not reached every split's watermark yet
                 else:
                     upto = capture_offset(capture)
-                merge_batch(self.engine, self.root, plan, "", upto, _done_splits(splits),
-                            history_start)
+                merge_snapshot(self.engine, self.root, plan, upto, _done_splits(splits),
+                               history_start)
                 for path in owned_tables(self.root, plan.spec).values():  # the whole snapshot
                     self.engine.cluster(path, list(plan.key))  # went in: one range per file
             source_time = capture.get("source_time") if capture and upto == capture_offset(

@@ -9,7 +9,7 @@ State records P := U only after the MERGE commits; a rerun of the same window is
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cdc_sql import faults
 from cdc_sql.config.model import Table
@@ -56,6 +56,13 @@ class SilverPlan:
         """Silver's columns."""
         return self.row_columns[:len(self.projection.columns)] + ENGINE_COLUMNS + \
             self.row_columns[len(self.projection.columns):]
+
+    @property
+    def snapshot_keys_unique(self) -> bool:
+        """No two snapshot rows share a silver key: splits are disjoint ranges of a real key,
+        and shards' rows differ by `_cdc_source_table` unless declared unique across them."""
+        single = len(self.sources) == 1 or not self.spec.key_unique_across_shards
+        return single and not any(s.key_nullable for s in self.sources)
 
     @property
     def history_columns(self) -> tuple[str, ...]:
@@ -148,13 +155,40 @@ def _check_commits(engine, root: str, label: str, path: str, recorded: int) -> N
         f"over by removing {root}")
 
 
+def merge_snapshot(engine, root: str, plan: SilverPlan, upto: str,
+                   done_splits: dict[str, list[tuple[int, str, str]]],
+                   history_start: str | None = None) -> None:
+    """The first batch: every done split's rows and the binlog window ("", upto].
+
+    The snapshot rows are written into silver as they are (the commit that creates it), and
+    only the binlog changes go through the last-change-per-key step and the MERGE, whose offset
+    guard lets a row's later changes win: the same silver as one MERGE of every candidate, but
+    without pushing every snapshot row through a join (10M rows: 3.4 GB of memory on Sail).
+    A rerun finds silver created and replays the MERGE, which is harmless.
+
+    With history, silver is first brought to `history_start` (an offset past which no split's
+    rows hold a change; default: the highest watermark), history starts from silver as it
+    stands there, and the rest of the window is an ordinary batch."""
+    start = history_start or max(w for splits in done_splits.values() for _, _, w in splits)
+    if not plan.spec.history:
+        merge_batch(engine, root, plan, "", upto, done_splits, write_snapshot=True)
+        return
+    if not engine.exists(history_path(root, plan.spec.name)):  # else a rerun: silver is past it
+        silver_only = replace(plan, spec=replace(plan.spec, history=False))
+        merge_batch(engine, root, silver_only, "", min(start, upto), done_splits,
+                    write_snapshot=True)
+        _start_history(engine, root, plan)
+    if start < upto:
+        merge_batch(engine, root, plan, start, upto)
+
+
 def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
-                done_splits: dict[str, list[tuple[int, str, str]]] | None,
-                history_start: str | None = None) -> None:
-    """MERGE the window (after, upto] (and, on the first batch, the done splits) into silver,
-    then into its history table when the pipeline keeps one. History starts at `history_start`
-    on the first batch: an offset past which no split's rows hold a change (default: the
-    highest watermark, right when every reader read in its watermark's snapshot)."""
+                done_splits: dict[str, list[tuple[int, str, str]]] | None = None,
+                write_snapshot: bool = False) -> None:
+    """MERGE the window (after, upto] into silver, then into its history table when the
+    pipeline keeps one. `done_splits`: splits merged with the window (the first
+    batch's, or those of a table that began to match later: a new shard). `write_snapshot`
+    (the first batch): their rows are written into silver when it is created, not merged."""
     spark = engine.spark
     name = plan.spec.name
     images = f"cdc_images_{name}"
@@ -179,14 +213,21 @@ def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
         .createOrReplaceTempView(images)
     candidates = f"cdc_candidates_{name}"
     spark.sql(candidates_sql(plan, images)).createOrReplaceTempView(candidates)
-    changes = _staged(engine, staging_path(root, name), spark.sql(changes_sql(plan, candidates)))
-    faults.point("silver.staged")
     path = silver_path(root, name)
+    merged = candidates
+    if write_snapshot and plan.snapshot_keys_unique:
+        if not engine.exists(path):
+            engine.append(spark.sql(snapshot_rows_sql(plan, candidates)), path)
+            faults.point("silver.snapshot_written")
+        merged = f"cdc_rest_{name}"
+        spark.sql(render("silver_snapshot_rest", candidates=quote(candidates))) \
+            .createOrReplaceTempView(merged)
+    changes = _staged(engine, staging_path(root, name), spark.sql(changes_sql(plan, merged)))
+    faults.point("silver.staged")
     if not engine.exists(path):
         engine.append(changes.drop("_cdc_remove").limit(0), path)
-    if plan.spec.history and not engine.exists(history_path(root, name)):
-        # Seeded before silver moves: a history turned on later starts from silver as it stands.
-        engine.append(_history_seed(engine.read(path), plan), history_path(root, name))
+    if plan.spec.history:
+        _start_history(engine, root, plan)  # before silver moves
     dropped = evolve(engine, path, plan, changes.drop("_cdc_remove").schema, renames)
     if plan.spec.history:
         evolve(engine, history_path(root, name), plan, changes.drop("_cdc_remove").schema, renames)
@@ -194,13 +235,16 @@ def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
     spark.sql(merge_sql(root, plan, f"cdc_changes_{name}", dropped)).collect()
     faults.point("silver.merged")
     if plan.spec.history:
-        if done_splits is None:
-            history_start = after
-        elif history_start is None:
-            history_start = max((w for splits in done_splits.values() for _, _, w in splits),
-                                default="")
-        merge_history(engine, root, plan, candidates, start=history_start)
+        merge_history(engine, root, plan, candidates)
     apply_truncates(engine, root, plan, schema_events)
+
+
+def _start_history(engine, root: str, plan: SilverPlan) -> None:
+    """A history table starts from silver as it stands: after the first batch's snapshot, or
+    when a pipeline turns history on later."""
+    if not engine.exists(history_path(root, plan.spec.name)):
+        engine.append(_history_seed(engine.read(silver_path(root, plan.spec.name)), plan),
+                      history_path(root, plan.spec.name))
 
 
 def renamed_columns(schema_events: list) -> dict[str, list[str]]:
@@ -279,12 +323,11 @@ def widens(old, new) -> bool:
     return isinstance(old, T.FloatType) and isinstance(new, T.DoubleType)
 
 
-def merge_history(engine, root: str, plan: SilverPlan, candidates: str, start: str) -> None:
+def merge_history(engine, root: str, plan: SilverPlan, candidates: str) -> None:
     """Add the batch's versions to <name>_history and end the versions they follow."""
     spark = engine.spark
     versions = _staged(engine, staging_path(root, f"{plan.spec.name}_history"),
-                       spark.sql(history_versions_sql(root, plan, candidates),
-                                 args={"start": start}))
+                       spark.sql(history_versions_sql(root, plan, candidates)))
     faults.point("history.staged")
     versions.createOrReplaceTempView(f"cdc_versions_{plan.spec.name}")
     spark.sql(history_merge_sql(root, plan, f"cdc_versions_{plan.spec.name}")).collect()
@@ -352,6 +395,14 @@ def _image_value(position: int, name: str, earlier: list[str]) -> str:
     by_name = "".join(f"WHEN array_contains(map_keys(e.image), {string_literal(n)}) "
                       f"THEN e.image[{string_literal(n)}] " for n in [name, *earlier])
     return f"CASE WHEN e.in_order THEN e.image_values[{position}] {by_name}END"
+
+
+def snapshot_rows_sql(plan: SilverPlan, candidates_view: str) -> str:
+    return render(
+        "silver_snapshot_rows",
+        output=", ".join(quote(c) for c in plan.columns),
+        candidates=quote(candidates_view),
+    )
 
 
 def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
@@ -424,12 +475,18 @@ def describe_sql(root: str, plan: SilverPlan) -> str:
                       binlog_images_sql(root, source)))
     steps.append((f"{candidates}: the projection over {images} (the union of the above)",
                   candidates_sql(plan, images)))
+    steps.append(("first batch only: the snapshot rows, written into silver as it is created",
+                  snapshot_rows_sql(plan, candidates)))
+    steps.append((f"cdc_rest_{name}: first batch only, what is left to MERGE (afterwards, all "
+                  f"of {candidates})",
+                  render("silver_snapshot_rest", candidates=quote(candidates))))
     steps.append((f"cdc_changes_{name}: the last candidate per key, written to "
                   f"{staging_path(root, name)}", changes_sql(plan, candidates)))
     steps.append(("the MERGE into silver", merge_sql(root, plan, f"cdc_changes_{name}")))
     if plan.spec.history:
-        steps.append((f"cdc_versions_{name}: the history versions (:start is past every "
-                      f"split's read on the first batch, the applied offset after), written to "
+        steps.append((f"cdc_versions_{name}: the history versions (history begins as a copy "
+                      f"of silver once the first batch has reached past every split's read), "
+                      f"written to "
                       f"{staging_path(root, name + '_history')}",
                       history_versions_sql(root, plan, candidates)))
         steps.append(("the MERGE into history", history_merge_sql(root, plan, f"cdc_versions_{name}")))

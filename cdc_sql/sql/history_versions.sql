@@ -1,27 +1,14 @@
--- The rows a batch adds to <name>_history (SCD type 2), from the batch's candidates.
--- History starts at :start (on the first batch, a binlog offset past the end of every split's
--- read, so no snapshot row holds a later change; the applied offset after that): the state
--- then is the last candidate per key at or before :start (silver's rule), followed by every
--- change after it. A version lasts from its change to the key's next change; valid_to NULL
+-- The rows a batch adds to <name>_history (SCD type 2): every candidate of the batch (all after
+-- the applied offset; history begins as a copy of silver once the first batch has reached past
+-- every split's read). A version lasts from its change to the key's next change; valid_to NULL
 -- means current.
-WITH changes AS (
-  SELECT * FROM (
-    SELECT
-      *,
-      ROW_NUMBER() OVER (PARTITION BY {{ key }} ORDER BY _cdc_offset DESC, _cdc_remove ASC) AS _cdc_rank
-    FROM {{ candidates }}
-    WHERE _cdc_offset <= :start
-  ) AS known WHERE _cdc_rank = 1
-  UNION ALL
-  SELECT *, 1 AS _cdc_rank FROM {{ candidates }} WHERE _cdc_offset > :start
-),
-spans AS (
+WITH spans AS (
   SELECT
     *,
     LEAD(_cdc_offset) OVER (PARTITION BY {{ key }} ORDER BY _cdc_offset, _cdc_remove DESC) AS _cdc_next,
     LEAD(_cdc_ts) OVER (PARTITION BY {{ key }} ORDER BY _cdc_offset, _cdc_remove DESC) AS _cdc_next_ts,
     ROW_NUMBER() OVER (PARTITION BY {{ key }} ORDER BY _cdc_offset, _cdc_remove DESC) AS _cdc_nth
-  FROM changes
+  FROM {{ candidates }}
 )
 SELECT
   {{ columns }},
