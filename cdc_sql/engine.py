@@ -114,6 +114,16 @@ class Engine:
                 table = pa.Table.from_batches([batch.slice(start, rows)])
                 self.append(self.spark.createDataFrame(table, _spark_schema(schema)), path)
 
+    def read_arrow(self, path: str, columns: list[str] | None = None) -> pa.Table:
+        """A small table's rows in this process (state): delta-rs where it shares our file
+        system (a few ms; a query through Spark Connect costs 20-30 ms)."""
+        if self._delta_rs(path):
+            from deltalake import DeltaTable
+
+            return DeltaTable(str(path)).to_pyarrow_table(columns=columns)
+        df = self.read(path)
+        return (df.select(*columns) if columns else df).toArrow()
+
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
         """Replace a small table's rows in one commit."""
         if self._delta_rs(path):

@@ -394,7 +394,7 @@ def candidates_sql(plan: SilverPlan, images_view: str) -> str:
 def _image_value(position: int, name: str, earlier: list[str]) -> str:
     by_name = "".join(f"WHEN array_contains(map_keys(e.image), {string_literal(n)}) "
                       f"THEN e.image[{string_literal(n)}] " for n in [name, *earlier])
-    return f"CASE WHEN e.in_order THEN e.image_values[{position}] {by_name}END"
+    return f"CASE WHEN e.in_order THEN get(e.image_values, {position}) {by_name}END"
 
 
 def snapshot_rows_sql(plan: SilverPlan, candidates_view: str) -> str:

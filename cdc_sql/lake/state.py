@@ -65,7 +65,7 @@ class State:
         checkpoint = Checkpoint()
         if not self.engine.exists(self.path):
             return checkpoint
-        rows = self.engine.read(self.path).select("kind", "name", "value", "seq").toArrow().to_pylist()
+        rows = self.engine.read_arrow(self.path, ["kind", "name", "value", "seq"]).to_pylist()
         for row in sorted(rows, key=lambda r: r["seq"]):
             checkpoint.entries[(row["kind"], row["name"])] = json.loads(row["value"])
         return checkpoint
@@ -91,7 +91,7 @@ class State:
         entries dropped. Loads read the whole log, so this keeps them fast (maintain)."""
         if not self.engine.exists(self.path):
             return 0
-        table = self.engine.read(self.path).toArrow()
+        table = self.engine.read_arrow(self.path)
         newest: dict[tuple[str, str], dict] = {}
         for row in sorted(table.to_pylist(), key=lambda r: r["seq"]):
             newest[(row["kind"], row["name"])] = row
