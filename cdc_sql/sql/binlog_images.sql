@@ -1,7 +1,8 @@
 -- Binlog changes of one source table in the window (:after, :upto], typed again.
 -- A delete carries its before-image (for the key), every other change its after-image.
 -- Images list the columns in table order; while that order is the one expected (in_order),
--- values are taken by position (a map lookup by name costs 8x more on Sail).
+-- values are taken by position with get() (a map lookup by name costs 8x more on Sail, and
+-- `values[i]` 1.8x more than get()).
 SELECT
   {{ columns }},
   e.offset AS _cdc_offset,
