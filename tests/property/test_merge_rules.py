@@ -246,3 +246,32 @@ def test_an_older_window_never_overwrites_a_newer_row(engine):
     merge_batch(engine, root, plan, boundary(0), boundary(1))
     merge_snapshot(engine, root, plan, boundary(0), {"db.t": [(0, "a1", boundary(-1))]})  # stale replay
     assert_silver(engine, root, {1: "new", 2: "s2"})
+
+
+def test_the_first_batch_writes_snapshot_rows_and_merges_only_changes(engine):
+    """The first batch's MERGE source is the binlog changes alone (the snapshot rows go into
+    silver by the append that creates it): a 10M-row first batch must not push every row
+    through the last-change-per-key join (3.4 GB on Sail, against 1.7 GB)."""
+    from deltalake import DeltaTable
+
+    from cdc_sql.lake.silver import staging_path
+
+    root = tempfile.mkdtemp(prefix="cdc-first-")
+    bronze.ensure_snapshot_table(engine, root, TABLE)
+    ids = list(range(1, 101))
+    batch = pa.RecordBatch.from_arrays([pa.array(ids, pa.int32()), pa.array(["s"] * 100)],
+                                       names=["id", "v"])
+    bronze.write_split(engine, root, TABLE, [batch], 0, "a1", boundary(0), TS)
+    txns = [[("u", 1, 1, "early")], [("u", 2, 2, "late")], [("d", 3, 3, "s")]]
+    bronze.append_changes(engine, root, binlog_rows(txns, -1))
+    plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
+    done = {"db.t": [(0, "a1", boundary(0))]}
+    merge_snapshot(engine, root, plan, boundary(2), done)
+
+    created = DeltaTable(silver_path(root, "t"), version=0).to_pyarrow_table()
+    assert sorted(created.column("id").to_pylist()) == ids  # silver's first commit: the rows
+    assert engine.read(staging_path(root, "t")).count() == 3  # the MERGE's source: changes only
+    expected = {k: "s" for k in ids if k != 3} | {2: "late"}  # txn 0 is in the split's rows
+    assert_silver(engine, root, expected)
+    merge_snapshot(engine, root, plan, boundary(2), done)  # a rerun appends nothing twice
+    assert_silver(engine, root, expected)
