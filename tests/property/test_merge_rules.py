@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import tempfile
 
 import pyarrow as pa
+import pytest
 from chispa import assert_df_equality
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -29,6 +29,13 @@ TABLE = SourceTable("db", "t", (Column("id", "int", "int", 10, 0, None, None),
                                 Column("v", "varchar", "varchar(10)", None, None, None, 10)),
                     ("id",))
 TS = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture
+def new_root(tmp_path_factory):
+    """A fresh lake root per call (a hypothesis example each), under pytest's temp base, which
+    keeps only the last few sessions."""
+    return lambda: str(tmp_path_factory.mktemp("lake"))
 
 
 def offset(txn: int, row: int) -> str:
@@ -144,7 +151,7 @@ def versions(initial, txns, marks, reads, bounds, upto: int, kept=lambda v: True
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), history=histories())
-def test_silver_equals_model_after_every_batch(engine, data, history):
+def test_silver_equals_model_after_every_batch(engine, new_root, data, history):
     initial, txns = history
     model = states(initial, txns)
     last = len(txns) - 1
@@ -155,7 +162,7 @@ def test_silver_equals_model_after_every_batch(engine, data, history):
     # a reader outside the watermark's snapshot (connectorx) may see later transactions: each
     # split's rows are the table as of a read point at or after its watermark
     reads = [data.draw(st.integers(mark, last)) for mark in marks]
-    root = tempfile.mkdtemp(prefix="cdc-prop-")
+    root = new_root()
     bronze.ensure_snapshot_table(engine, root, TABLE)
     for split_id, ((lo, hi), mark, read) in enumerate(zip(bounds, marks, reads)):
         rows = sorted((k, v) for k, v in model[read].items() if lo <= k < hi)
@@ -232,9 +239,9 @@ def test_model_sanity():
     assert len(list(itertools.chain(binlog_rows(txns, -1)))) == 3
 
 
-def test_an_older_window_never_overwrites_a_newer_row(engine):
+def test_an_older_window_never_overwrites_a_newer_row(engine, new_root):
     """The offset guard: replaying an old window (e.g. a second, late run) keeps newer rows."""
-    root = tempfile.mkdtemp(prefix="cdc-guard-")
+    root = new_root()
     txns = [[("u", 1, 1, "old")], [("u", 1, 1, "new")]]  # over the snapshot {1: s1, 2: s2}
     bronze.ensure_snapshot_table(engine, root, TABLE)
     batch = pa.RecordBatch.from_arrays([pa.array([1, 2], pa.int32()), pa.array(["s1", "s2"])],
@@ -248,7 +255,7 @@ def test_an_older_window_never_overwrites_a_newer_row(engine):
     assert_silver(engine, root, {1: "new", 2: "s2"})
 
 
-def test_the_first_batch_writes_snapshot_rows_and_merges_only_changes(engine):
+def test_the_first_batch_writes_snapshot_rows_and_merges_only_changes(engine, new_root):
     """The first batch's MERGE source is the binlog changes alone (the snapshot rows go into
     silver by the append that creates it): a 10M-row first batch must not push every row
     through the last-change-per-key join (3.4 GB on Sail, against 1.7 GB)."""
@@ -256,7 +263,7 @@ def test_the_first_batch_writes_snapshot_rows_and_merges_only_changes(engine):
 
     from cdc_sql.lake.silver import staging_path
 
-    root = tempfile.mkdtemp(prefix="cdc-first-")
+    root = new_root()
     bronze.ensure_snapshot_table(engine, root, TABLE)
     ids = list(range(1, 101))
     batch = pa.RecordBatch.from_arrays([pa.array(ids, pa.int32()), pa.array(["s"] * 100)],
