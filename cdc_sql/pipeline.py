@@ -99,8 +99,7 @@ def check_replication_access(cur, source, mariadb: bool) -> list[str]:
     import pymysql
 
     monitor = preflight.monitor_privilege(mariadb)
-    grant = (f"GRANT SELECT, REPLICATION SLAVE, {monitor} ON *.* TO "
-             f"'{source.user}'@'%'")
+    grant = preflight.binlog_grant(source.user, mariadb)
     try:
         cur.execute("SHOW MASTER STATUS")
         cur.fetchall()

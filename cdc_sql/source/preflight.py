@@ -90,12 +90,15 @@ def needed_grants(user: str, mariadb: bool, startup: str,
     grants = [(f"GRANT SELECT ON {mysql_quote(db)}.* {to}", "snapshot reads") for db in databases]
     if startup == "snapshot-only":
         return grants + [(f"GRANT {monitor} ON *.* {to}", "split watermarks")]
-    grants.append((f"GRANT REPLICATION SLAVE, {monitor} ON *.* {to}",
-                   "the binlog and its position"))
+    grants.append((binlog_grant(user, mariadb), "the binlog and its position"))
     if mariadb:
         grants.append((f"GRANT REPLICATION MASTER ADMIN ON *.* {to}",
                        "optional: lets validate check that server_id is unused"))
     return grants
+
+
+def binlog_grant(user: str, mariadb: bool) -> str:
+    return f"GRANT REPLICATION SLAVE, {monitor_privilege(mariadb)} ON *.* TO '{user}'@'%'"
 
 
 def _duration(seconds: float) -> str:

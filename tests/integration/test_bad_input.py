@@ -159,9 +159,11 @@ def test_missing_grants(shop, make_pipeline, mariadb, capsys):
                     "GRANT SELECT ON *.* TO reader@'%'")
     pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", user="reader",
                              password="${READER_PASSWORD:-pw-reader}")
-    run_refused(capsys, pipeline, "needs BINLOG MONITOR", "GRANT SELECT, REPLICATION SLAVE")
+    run_refused(capsys, pipeline, "needs BINLOG MONITOR",
+                "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.*")
     mariadb.execute("GRANT BINLOG MONITOR ON *.* TO reader@'%'")
-    run_refused(capsys, pipeline, "lacks REPLICATION SLAVE", "GRANT SELECT, REPLICATION SLAVE")
+    run_refused(capsys, pipeline, "lacks REPLICATION SLAVE",
+                "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.*")
     mariadb.execute("GRANT REPLICATION SLAVE ON *.* TO reader@'%'")
     assert main(["validate", pipeline.file]) == 0
 
