@@ -266,18 +266,20 @@ class Engine:
             return None
         return int(self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)} LIMIT 1").collect()[0][0])
 
-    def compact_and_vacuum(self, path: str, retention_hours: float) -> dict:
-        """Rewrite small files into large ones, then delete files no version within the
-        retention still needs: OPTIMIZE/VACUUM on Spark, delta-rs otherwise."""
+    def compact_and_vacuum(self, path: str, retention_hours: float, compact: bool = True) -> dict:
+        """Rewrite small files into large ones (unless `compact` is False: a table `cluster`
+        just rewrote, whose files a bin-packing would mix again), then delete files no version
+        within the retention still needs: OPTIMIZE/VACUUM on Spark, delta-rs otherwise."""
         if self.mode != "sail" or "://" in str(path):
             ref = table_ref(path)
-            self.spark.sql(f"OPTIMIZE {ref}").collect()
+            if compact:
+                self.spark.sql(f"OPTIMIZE {ref}").collect()
             self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
             return {}
         from deltalake import DeltaTable
 
         table = DeltaTable(str(path))
-        compacted = table.optimize.compact()
+        compacted = table.optimize.compact() if compact else {}
         removed = table.vacuum(retention_hours=int(retention_hours), dry_run=False,
                                enforce_retention_duration=False)
         return {"files_added": compacted.get("numFilesAdded", 0),

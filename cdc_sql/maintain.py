@@ -63,14 +63,17 @@ def maintain(engine, pipeline, retention_hours: float | None = None,
                   staging_path(root, f"{spec.name}_history")]
         versions.append(spec)
     state.compact()
-    for spec in versions:  # silver and history: one key range per file (see Engine.cluster)
+    clustered = set()  # silver and history: one key range per file (see Engine.cluster)
+    for spec in versions:
         key = tables[spec.name].get("key")
         for path in owned_tables(root, spec).values():
             if key and engine.exists(path):
                 engine.cluster(path, key)
+                clustered.add(path)
     for path in paths:
         if engine.exists(path):
-            report["files"][path] = engine.compact_and_vacuum(path, retention)
+            report["files"][path] = engine.compact_and_vacuum(path, retention,
+                                                              compact=path not in clustered)
     # Compaction commits new silver versions with the same rows: record them as ours.
     state.write(*(("table", spec.name, {**tables[spec.name], **owned_versions(engine, root, spec)})
                   for spec in versions if tables[spec.name]))
