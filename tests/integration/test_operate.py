@@ -136,10 +136,14 @@ def test_silver_files_hold_key_ranges_so_a_merge_rewrites_only_its_files(
     run(pipeline, engine)
     metrics = _last_merge_metrics(path)
     assert metrics["numTargetFilesRemoved"] == 1 and metrics["numTargetRowsUpdated"] == 301
-    compacted = []  # silver and history are clustered, and not bin-packed after that
+    compacted = []  # (path, compact): silver and history are clustered, not bin-packed after
     compact_and_vacuum = engine.compact_and_vacuum
-    monkeypatch.setattr(engine, "compact_and_vacuum", lambda p, hours, compact=True: (
-        compacted.append((p, compact)), compact_and_vacuum(p, hours, compact))[1])
+
+    def recorded(table, hours, compact=True):
+        compacted.append((table, compact))
+        return compact_and_vacuum(table, hours, compact)
+
+    monkeypatch.setattr(engine, "compact_and_vacuum", recorded)
     assert maintain(engine, pipeline, retention_hours=1000)["skipped"] == []
     assert {p: c for p, c in compacted if "/silver/" in p} == {path: False,
                                                                 f"{path}_history": False}
