@@ -86,7 +86,7 @@ def needed_grants(user: str, mariadb: bool, startup: str,
                   databases: list[str]) -> list[tuple[str, str]]:
     """(GRANT statement, what it is for): exactly what this pipeline uses."""
     monitor = monitor_privilege(mariadb)
-    to = f"TO '{user}'@'%'"
+    to = _grantee(user)
     grants = [(f"GRANT SELECT ON {mysql_quote(db)}.* {to}", "snapshot reads") for db in databases]
     if startup == "snapshot-only":
         return grants + [(f"GRANT {monitor} ON *.* {to}", "split watermarks")]
@@ -98,7 +98,11 @@ def needed_grants(user: str, mariadb: bool, startup: str,
 
 
 def binlog_grant(user: str, mariadb: bool) -> str:
-    return f"GRANT REPLICATION SLAVE, {monitor_privilege(mariadb)} ON *.* TO '{user}'@'%'"
+    return f"GRANT REPLICATION SLAVE, {monitor_privilege(mariadb)} ON *.* {_grantee(user)}"
+
+
+def _grantee(user: str) -> str:
+    return f"TO '{user}'@'%'"
 
 
 def _duration(seconds: float) -> str:
