@@ -98,12 +98,13 @@ class Buckets:
     label: str = field(default="bucket")
 
     @classmethod
-    def choose(cls, key: list[Output], splits: list[dict], estimated_rows: int,
+    def choose(cls, key: list[Output], splits: list, estimated_rows: int,
                rows_per_bucket: int) -> "Buckets":
+        """`splits`: the table's state.SplitEntry list."""
         source = key[0].source if len(key) == 1 else None
         if source is not None and source.data_type in _INTEGER_SOURCES and len(splits) > 1:
-            ordered = sorted(splits, key=lambda s: s["split_id"])
-            return cls(tuple(key), tuple(s["upper"][0] for s in ordered[:-1]), label="split")
+            ordered = sorted(splits, key=lambda s: s.split_id)
+            return cls(tuple(key), tuple(s.upper[0] for s in ordered[:-1]), label="split")
         return cls(tuple(key), count=max(1, -(-estimated_rows // rows_per_bucket)))
 
     @property

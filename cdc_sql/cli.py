@@ -8,9 +8,17 @@ import signal
 import sys
 import threading
 
+from cdc_sql import engine, status
+from cdc_sql.config.json_schema import schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.silver import Facts, batch_steps, describe, plan_silver
+from cdc_sql.lake.state import State
 from cdc_sql.lock import target_lock
+from cdc_sql.planner import Window
+from cdc_sql.source import mysql, preflight
+from cdc_sql.source.splits import plan_splits
 
 log = logging.getLogger("cdc_sql")
 
@@ -91,14 +99,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _engine_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=("sail", "remote", "local", "active"),
+    parser.add_argument("--engine", choices=engine.MODES,
                         help="override the pipeline's engine.mode")
     parser.add_argument("--engine-url", help="Spark Connect URL for --engine remote")
 
 
 def _engine(args, pipeline: Pipeline):
-    from cdc_sql import engine
-
     return engine.start(args.engine or pipeline.engine.mode,
                         args.engine_url or pipeline.engine.url)
 
@@ -108,10 +114,8 @@ def _validate(args) -> int:
     if args.offline:
         print(f"{args.pipeline}: valid ({len(pipeline.tables)} tables; source not checked)")
         return 0
-    from cdc_sql.pipeline import inspect_source
-    from cdc_sql.source import mysql, preflight
-
-    view = inspect_source(pipeline)
+    view = preflight.inspect_source(pipeline)
+    plans = _plans(pipeline, view)
     source = pipeline.source
     if source.startup == "initial":
         with mysql.cursor(source) as cur:
@@ -119,42 +123,48 @@ def _validate(args) -> int:
                                                        source.parallelism)
     for warning in view.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    for plan in view.plans:
+    for plan in plans:
         names = ", ".join(t.qualified for t in plan.sources)
-        print(f"  {plan.spec.name}: {names} (key: {', '.join(plan.key)})")
+        print(f"  {plan.spec.name}: {names} (key: {', '.join(plan.row_key)})")
     databases = sorted({t.db for t in view.source_tables})
     print(f"grants {source.user} needs (and no more):")
     for grant, why in preflight.needed_grants(source.user, view.mariadb, source.startup,
                                               databases):
         print(f"  {grant};  -- {why}")
-    print(f"{args.pipeline}: valid ({len(view.plans)} tables, source "
+    print(f"{args.pipeline}: valid ({len(plans)} tables, source "
           f"{'MariaDB' if view.mariadb else 'MySQL'}, binlog at {view.end})")
     return 0
 
 
 def _plan(args) -> int:
-    from cdc_sql.lake.silver import describe_sql
-    from cdc_sql.pipeline import inspect_source
-    from cdc_sql.source import mysql
-    from cdc_sql.source.splits import plan_splits
-
     pipeline = load_pipeline(args.pipeline)
-    view = inspect_source(pipeline)
+    view = preflight.inspect_source(pipeline)
+    lake = Lake(None, str(pipeline.root), None)  # paths only: plan reads no lake table
     with mysql.cursor(pipeline.source) as cur:
-        for plan in view.plans:
-            print(f"== {plan.spec.name} -> {pipeline.root}/silver/{plan.spec.name}")
+        for plan in _plans(pipeline, view):
+            print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
             for table in plan.sources:
                 splits = plan_splits(cur, table, pipeline.source.chunk_size)
                 print(f"-- {table.qualified}: {len(splits)} snapshot splits of up to "
                       f"{pipeline.source.chunk_size} rows on ({', '.join(table.key)})")
                 for split in splits:
                     print(f"   split {split.split_id}: [{split.lower}, {split.upper})")
-            print(describe_sql(str(pipeline.root), plan))
+            first = Window("", ":upto", {t.qualified: () for t in plan.sources}, first=True)
+            later = Window(":after", ":upto")
+            print("-- the first batch (the snapshot rows and the changes up to :upto):")
+            print(describe(batch_steps(lake, plan, first, Facts())))
+            print("-- every later batch (the changes in (:after, :upto]):")
+            print(describe(batch_steps(lake, plan, later, Facts())))
     return 0
 
 
+def _plans(pipeline: Pipeline, view) -> list:
+    return [plan_silver(spec, tables, pipeline.file, i)
+            for i, (spec, tables) in enumerate(zip(pipeline.tables, view.tables))]
+
+
 def _run(args) -> int:
-    from cdc_sql.pipeline import run_pipeline
+    from cdc_sql.pipeline import run_pipeline  # the run's modules: only for `run`
 
     pipeline = load_pipeline(args.pipeline)
     stop = threading.Event()
@@ -173,13 +183,12 @@ def _run(args) -> int:
                                    args.give_up_after)
         finally:
             engine.stop()
-    log.info("run %s: %s", summary["run_id"], summary["outcome"])
+    log.info("run %s: %s", summary.run_id, summary.outcome)
     return 0
 
 
 def _verify(args) -> int:
-    from cdc_sql.lake.state import State
-    from cdc_sql.verify import verify_table
+    from cdc_sql.verify import verify_table  # sqlglot's MySQL transpiler: only when verifying
 
     pipeline = load_pipeline(args.pipeline)
     names = args.tables.split(",") if args.tables else [t.name for t in pipeline.tables]
@@ -189,7 +198,7 @@ def _verify(args) -> int:
     engine = _engine(args, pipeline)
     differing = 0
     try:
-        checkpoint = State(engine, str(pipeline.root)).load()
+        checkpoint = State(Lake.open(engine, str(pipeline.root))).load()
         for name in names:
             report = verify_table(engine, pipeline, pipeline.table(name), checkpoint)
             print(f"{name}: {report.summary()}")
@@ -200,7 +209,7 @@ def _verify(args) -> int:
 
 
 def _maintain(args) -> int:
-    from cdc_sql.maintain import maintain
+    from cdc_sql.maintain import maintain  # the run's modules: only for `maintain`
 
     pipeline = load_pipeline(args.pipeline)
     with target_lock(str(pipeline.root), "maintain"):
@@ -219,20 +228,15 @@ def _maintain(args) -> int:
 
 
 def _schema(args) -> int:
-    from cdc_sql.config.json_schema import schema_text
-
     sys.stdout.write(schema_text())
     return 0
 
 
 def _status(args) -> int:
-    from cdc_sql import status
-    from cdc_sql.lake.state import State
-
     pipeline = load_pipeline(args.pipeline)
     engine = _engine(args, pipeline)
     try:
-        checkpoint = State(engine, str(pipeline.root)).load()
+        checkpoint = State(Lake.open(engine, str(pipeline.root))).load()
     finally:
         engine.stop()
     end, logs = status.source_binlog(pipeline)

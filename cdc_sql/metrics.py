@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from cdc_sql import status
+from cdc_sql.lake.tables import storage
 
 log = logging.getLogger("cdc_sql")
 MAX_BATCHES = 1000  # commits kept per run in the metrics file
@@ -18,13 +19,14 @@ MAX_BATCHES = 1000  # commits kept per run in the metrics file
 
 def metrics_dir(pipeline) -> Path | None:
     root = str(pipeline.root)
-    return None if "://" in root else Path(root) / "_metrics"
+    return Path(root) / "_metrics" if storage(root) == "local" else None
 
 
-def write_run(pipeline, summary: dict, checkpoint) -> dict:
+def write_run(pipeline, run, batches: list[dict], checkpoint) -> dict:
+    """`run`: the run's state.RunEntry; `batches`: its commits (rows, seconds)."""
     end, logs = status.source_binlog(pipeline)
     tables = status.report(pipeline, checkpoint, end, logs)["tables"]
-    document = {"pipeline": pipeline.name, **summary,
+    document = {"pipeline": pipeline.name, **run.to_json(), "batches": batches,
                 "tables": [{k: t[k] for k in ("name", "phase", "applied_offset", "lag_bytes",
                                               "lag_seconds")} for t in tables]}
     directory = metrics_dir(pipeline)
@@ -32,7 +34,7 @@ def write_run(pipeline, summary: dict, checkpoint) -> dict:
         log.info("metrics %s", json.dumps(document))
         return document
     directory.mkdir(parents=True, exist_ok=True)
-    _write_atomically(directory / f"run-{summary['run_id']}.json", json.dumps(document, indent=2))
+    _write_atomically(directory / f"run-{run.run_id}.json", json.dumps(document, indent=2))
     _write_atomically(directory / "cdc_sql.prom", prometheus(document))
     return document
 

@@ -13,6 +13,7 @@ attempts; state records the attempt whose result reached the driver.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import uuid
@@ -21,8 +22,10 @@ from typing import Callable, Iterable, Iterator
 import pyarrow as pa
 
 from cdc_sql import faults
-from cdc_sql.engine import append_with_delta_rs
 from cdc_sql.lake import bronze
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.state import SplitEntry
+from cdc_sql.lake.tables import append_with_delta_rs
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.snapshot import read_split
@@ -32,7 +35,8 @@ from cdc_sql.source.watermarks import binary_log_status
 Writer = Callable[[SourceTable, Iterable[pa.RecordBatch], int, str, str, dt.datetime], int]
 
 
-def land_split(source, table: SourceTable, split: Split, mariadb: bool, write: Writer) -> dict:
+def land_split(source, table: SourceTable, split: Split, mariadb: bool, write: Writer
+               ) -> SplitEntry:
     """Read one split into bronze with `write`; returns its `done` state entry."""
     attempt = uuid.uuid4().hex[:12]
     read = read_split(source, table, split, mariadb, reader=source.snapshot_reader)
@@ -46,10 +50,11 @@ def land_split(source, table: SourceTable, split: Split, mariadb: bool, write: W
     # watermark's own snapshot, the watermark itself). History starts past every one.
     in_snapshot = read.reader == "pymysql" and read.watermark.exact
     read_end = watermark if in_snapshot else _binlog_end(source)
-    return {**split.to_json(), "status": "done", "attempt": attempt, "rows": rows,
-            "watermark": offset or None, "watermark_position": str(watermark),
-            "watermark_gtid": read.watermark.gtid_set, "watermark_exact": read.watermark.exact,
-            "reader": read.reader, "read_end": read_end.offset.text}
+    return dataclasses.replace(
+        SplitEntry.planned(split), status="done", attempt=attempt, rows=rows,
+        watermark=offset or None, watermark_position=str(watermark),
+        watermark_gtid=read.watermark.gtid_set, watermark_exact=read.watermark.exact,
+        reader=read.reader, read_end=read_end.offset.text)
 
 
 def _binlog_end(source):
@@ -58,13 +63,13 @@ def _binlog_end(source):
 
 
 # -- as Spark tasks -----------------------------------------------------------------------------
-def land_as_spark_tasks(engine, root: str, source, jobs: list[tuple[SourceTable, Split]],
-                        mariadb: bool) -> list[dict]:
+def land_as_spark_tasks(lake, source, jobs: list[tuple[SourceTable, Split]],
+                        mariadb: bool) -> list[SplitEntry]:
     """Land every split in its own Spark task; returns their state entries."""
-    splits = engine.spark.createDataFrame([(i,) for i in range(len(jobs))], "job INT")
+    splits = lake.spark.createDataFrame([(i,) for i in range(len(jobs))], "job INT")
     tasks = splits.repartition(len(jobs)) if len(jobs) > 1 else splits
-    landed = tasks.mapInArrow(_task(root, source, jobs, mariadb), "entry STRING").collect()
-    return [json.loads(row["entry"]) for row in landed]
+    landed = tasks.mapInArrow(_task(lake.root, source, jobs, mariadb), "entry STRING").collect()
+    return [SplitEntry.from_json("", json.loads(row["entry"])) for row in landed]
 
 
 def _task(root: str, source, jobs: list[tuple[SourceTable, Split]], mariadb: bool):
@@ -72,27 +77,26 @@ def _task(root: str, source, jobs: list[tuple[SourceTable, Split]], mariadb: boo
     (the password too) as Spark's own JDBC reader does; they are never logged."""
 
     def land(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        lake = Lake(None, root, _ExecutorTables())
         for batch in batches:
-            entries = [json.dumps(land_split(source, *jobs[job], mariadb, _delta_rs_writer(root)))
+            entries = [json.dumps(land_split(source, *jobs[job], mariadb,
+                                             _writer(lake)).to_json())
                        for job in batch.column("job").to_pylist()]
             yield pa.RecordBatch.from_arrays([pa.array(entries, pa.string())], names=["entry"])
 
     return land
 
 
-def _delta_rs_writer(root: str) -> Writer:
-    """Executors have no Spark session of their own: they append with delta-rs. Appends never
-    conflict, but each lost race costs delta-rs one retry, and many tasks finish at once."""
-
+def _writer(lake) -> Writer:
     def write(table, batches, split_id, attempt, offset, read_at) -> int:
-        return bronze.write_split(_ExecutorAppender(), root, table, batches, split_id, attempt,
-                                  offset, read_at)
+        return bronze.write_split(lake, table, batches, split_id, attempt, offset, read_at)
 
     return write
 
 
-class _ExecutorAppender:
-    """The one thing bronze.write_split asks of an engine, done with delta-rs."""
+class _ExecutorTables:
+    """Executors have no Spark session of their own: they append with delta-rs. Appends never
+    conflict, but each lost race costs delta-rs one retry, and many tasks finish at once."""
 
     @staticmethod
     def append_arrow(path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> None:

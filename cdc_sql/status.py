@@ -60,27 +60,32 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
            now: dt.datetime | None = None) -> dict:
     """The status as JSON-ready values; `end`/`logs` None/[] when the source was not reached."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    capture = checkpoint.get("capture", "binlog") or {}
+    capture = checkpoint.capture
+    position = capture.position if capture else None
+    last = checkpoint.last_run
     out = {"pipeline": pipeline.name, "source_reached": end is not None,
            "source_position": str(end) if end else None,
-           "captured_position": capture.get("position"),
-           "captured_lag_bytes": _lag(capture.get("position"), end, logs),
-           "last_run": checkpoint.get("run", "last"), "tables": []}
-    splits = checkpoint.of_kind("split").values()
+           "captured_position": position,
+           "captured_gtid": capture.gtid if capture else None,
+           "captured_lag_bytes": _lag(position, end, logs),
+           "last_run": last.to_json() if last else None, "tables": []}
+    splits = checkpoint.all_splits()
     for spec in pipeline.tables:
-        mine = [s for s in splits if spec.matches(*s["source_table"].split(".", 1))]
-        table = checkpoint.get("table", spec.name) or {}
-        behind = lag_bytes(table.get("applied"), end, logs) if end else None
+        mine = [s for s in splits if spec.matches(*s.source_table.split(".", 1))]
+        table = checkpoint.table(spec.name)
+        applied = table.applied if table else None
+        behind = lag_bytes(applied, end, logs) if end else None
+        source_time = table.source_time if table else None
         out["tables"].append({
             "name": spec.name,
-            "phase": "binlog" if table.get("snapshot_merged") else "snapshot",
-            "splits_done": sum(s["status"] == "done" for s in mine),
+            "phase": "binlog" if table and table.snapshot_merged else "snapshot",
+            "splits_done": sum(s.done for s in mine),
             "splits_total": len(mine),
-            "snapshot_rows": sum(s.get("rows") or 0 for s in mine),
-            "applied_offset": table.get("applied"),
-            "source_time": table.get("source_time"),
+            "snapshot_rows": sum(s.rows or 0 for s in mine),
+            "applied_offset": applied,
+            "source_time": source_time,
             "lag_bytes": behind,
-            "lag_seconds": lag_seconds(behind, table.get("source_time"), now),
+            "lag_seconds": lag_seconds(behind, source_time, now),
         })
     return out
 

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from cdc_sql.checksum import Buckets, Output, mysql_summary, same, spark_summary
 from cdc_sql.config.model import Pipeline, Table
 from cdc_sql.config.projection import parse_projection
-from cdc_sql.lake.silver import SilverPlan, plan_silver, silver_path
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.silver import SilverPlan, plan_silver
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable, read_tables
 from cdc_sql.source.values import normalize
-from cdc_sql.engine import table_ref
+from cdc_sql.lake.tables import table_ref
 
 MAX_SHOWN = 5
 
@@ -57,22 +58,24 @@ class TableReport:
 def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableReport:
     """Checksums per bucket on both sides; row-by-row diffs only for differing buckets."""
     report = TableReport(table.name)
-    if not engine.exists(silver_path(str(pipeline.root), table.name)):
+    lake = Lake.open(engine, str(pipeline.root))
+    if not lake.tables.exists(lake.silver_path(table.name)):
         report.differing.append("silver")
         report.details.append("there is no silver table yet: run the pipeline first")
         return report
-    silver = engine.read(silver_path(str(pipeline.root), table.name))
+    silver = engine.read(lake.silver_path(table.name))
     types = {f.name: f.dataType.simpleString() for f in silver.schema.fields}
     with mysql.cursor(pipeline.source) as cur:
         sources = read_tables(cur, table)
         plan = plan_silver(table, sources, pipeline.file, pipeline.tables.index(table))
         for source in sources:
-            _verify_source(engine, pipeline, plan, source, types, checkpoint, cur, report)
+            _verify_source(lake, pipeline, plan, source, types, checkpoint, cur, report)
     return report
 
 
-def _verify_source(engine, pipeline, plan: SilverPlan, source: SourceTable, types: dict,
+def _verify_source(lake, pipeline, plan: SilverPlan, source: SourceTable, types: dict,
                    checkpoint, cur, report: TableReport) -> None:
+    engine = lake.engine
     names = [name for _, name in plan.projection.columns]
     rows_sql, columns = _source_query(plan.spec, source, names)
     outputs = [Output(n, types[n], c) for n, c in zip(names, columns)]
@@ -86,7 +89,7 @@ def _verify_source(engine, pipeline, plan: SilverPlan, source: SourceTable, type
     escape = cur.connection.escape
     cur.execute(mysql_summary(rows_sql, outputs, buckets, escape))
     expected = {row[0]: tuple(row[1:]) for row in cur.fetchall()}
-    silver_sql = _silver_rows_sql(pipeline, plan)
+    silver_sql = _silver_rows_sql(lake, plan)
     sql, args = spark_summary(silver_sql, outputs, buckets)
     args["source_table"] = source.qualified
     actual = {row[0]: tuple(row[1:]) for row in engine.spark.sql(sql, args=args).collect()}
@@ -105,9 +108,9 @@ def _verify_source(engine, pipeline, plan: SilverPlan, source: SourceTable, type
                 source.qualified, cur))
 
 
-def _silver_rows_sql(pipeline, plan: SilverPlan) -> str:
+def _silver_rows_sql(lake, plan: SilverPlan) -> str:
     """Silver's rows; of one shard (`:source_table`) when sharded."""
-    ref = table_ref(silver_path(str(pipeline.root), plan.spec.name))
+    ref = table_ref(lake.silver_path(plan.spec.name))
     return f"SELECT * FROM {ref}" + (" WHERE _cdc_source_table = :source_table"
                                      if plan.sharded else "")
 
@@ -140,10 +143,11 @@ def compare_table(engine, pipeline: Pipeline, table: Table) -> str:
                 expected.append(values + ([source.qualified] if plan.sharded else []))
     names = [name for _, name in plan.projection.columns] + (
         ["_cdc_source_table"] if plan.sharded else [])
-    silver = engine.read(silver_path(str(pipeline.root), table.name)).select(*names)
+    lake = Lake.open(engine, str(pipeline.root))
+    silver = engine.read(lake.silver_path(table.name)).select(*names)
     float_columns = {f.name for f in silver.schema.fields if f.dataType.typeName() == "float"}
     silver_rows = [[row[n] for n in names] for row in silver.toArrow().to_pylist()]
-    return _diff(names, expected, silver_rows, float_columns, plan.key)
+    return _diff(names, expected, silver_rows, float_columns, plan.row_key)
 
 
 def _source_query(table: Table, source, names: list[str]) -> tuple[str, list]:

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Installs what cdc-sql needs on a fresh Debian machine, idempotently:
-# Debian's mariadb-server (for the demo and the tests), and a Python 3.11 venv in .venv.
+# Debian's mariadb-server (for the demo and the tests), a C compiler and Python's headers (for
+# the compiled row decoder), and a Python 3.11 venv in .venv with cdc-sql installed into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+apt_install() {
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
 
 if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
   echo "setup: installing mariadb-server (Debian package)" >&2
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+  apt_install mariadb-server mariadb-client
   # The packaged service is not needed: the demo and tests start private servers.
   $SUDO service mariadb stop >/dev/null 2>&1 || true
 fi
@@ -24,12 +28,22 @@ if [ -z "$PYTHON" ]; then
 fi
 [ -n "$PYTHON" ] || { echo "setup: Python 3.11 is required" >&2; exit 1; }
 
+headers="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h"
+if ! command -v cc >/dev/null 2>&1 || [ ! -f "$headers" ]; then
+  echo "setup: installing gcc and the Python headers (the compiled row decoder)" >&2
+  apt_install gcc python3-dev || echo "setup: could not install a compiler; the pure-Python" \
+    "row decoder will be used (about 10x slower capture)" >&2
+fi
+
 stamp=".venv/.cdc-sql-installed"
-wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+wanted="$(cat pyproject.toml setup.py cdc_sql/_rowdecode.c | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   echo "setup: creating .venv and installing cdc-sql with its test tools" >&2
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 || true
   echo "$wanted" > "$stamp"
 fi
+.venv/bin/python -c 'import cdc_sql._rowdecode' 2>/dev/null || \
+  echo "setup: the compiled row decoder is not built; capture uses the pure-Python one" >&2

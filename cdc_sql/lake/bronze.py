@@ -1,11 +1,19 @@
-"""Bronze: what arrived, append-only, never interpreted.
+"""Bronze: what arrived, append-only (docs/architecture.md, "Bronze").
 
 - `bronze/_snapshot/<db>.<table>`: split rows in the source's columns (contract types) plus
   `_cdc_split_id`, `_cdc_attempt`, `_cdc_watermark` (offset text) and `_cdc_read_at`. Silver
   reads only the attempt that state marks done; rows of abandoned attempts are deleted before a
   split is read again, so a retried split never counts twice.
-- `bronze/_binlog`: one row per change (or DDL), keyed by `offset`, whole transactions per commit,
-  images as map<column, text> (values.encode). `txn_end` is where the reader resumes.
+- `bronze/_changes/<db>.<table>`: one row per row change, typed like the snapshot rows (the
+  image silver needs: the after-image, the before-image of a delete), with `_cdc_offset`,
+  `_cdc_op`, `_cdc_ts`, `_cdc_gtid`. Columns are added as the source gains them (a mergeSchema
+  append) and widened with it; a column dropped in the source stays, NULL from then on.
+- `bronze/_binlog`: the DDL and TRUNCATE statements of the captured tables, by offset.
+
+Capture writes each batch as one commit per table it touched, then records its position in
+state. Rows beyond the recorded position are invisible to silver (its windows end there); a run
+that died in between finds them again through the tables state says were being written
+(`CaptureEntry.landing`), and does not write them twice (`landed_after`).
 """
 from __future__ import annotations
 
@@ -14,36 +22,34 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from cdc_sql.source.offsets import Position
+from cdc_sql.errors import SourceError
+from cdc_sql.lake.tables import table_ref
+from cdc_sql.source.binlog import STATEMENTS_SCHEMA
+from cdc_sql.source.offsets import Offset
+from cdc_sql.source.rows import META_COLUMNS
 from cdc_sql.source.schema import SourceTable
 
-BINLOG_SCHEMA = pa.schema([
-    ("offset", pa.string()), ("db", pa.string()), ("tbl", pa.string()), ("op", pa.string()),
-    ("before", pa.map_(pa.string(), pa.string())), ("after", pa.map_(pa.string(), pa.string())),
-    ("commit_ts", pa.timestamp("us", tz="UTC")), ("gtid", pa.string()),
-    ("statement", pa.string()), ("txn_end", pa.string()),
-])
-
-
-def snapshot_path(root: str, table: SourceTable) -> str:
-    return f"{root}/bronze/_snapshot/{table.db}.{table.name}"
-
-
-def binlog_path(root: str) -> str:
-    return f"{root}/bronze/_binlog"
+STATEMENTS = ("", "")  # the pseudo source table of `_binlog` in `landing` lists
+_WIDENS = {pa.int8(): 0, pa.int16(): 1, pa.int32(): 2, pa.int64(): 3}
 
 
 def snapshot_schema(table: SourceTable) -> pa.Schema:
-    from cdc_sql.source.snapshot import arrow_schema
-
-    return arrow_schema(table).append(pa.field("_cdc_split_id", pa.int32())) \
+    return table.arrow_schema.append(pa.field("_cdc_split_id", pa.int32())) \
         .append(pa.field("_cdc_attempt", pa.string())) \
         .append(pa.field("_cdc_watermark", pa.string())) \
         .append(pa.field("_cdc_read_at", pa.timestamp("us", tz="UTC")))
 
 
-def write_split(engine, root: str, table: SourceTable, batches: Iterable[pa.RecordBatch],
-                split_id: int, attempt: str, watermark: str, read_at: dt.datetime,
+def changes_schema(table: SourceTable) -> pa.Schema:
+    schema = table.arrow_schema
+    for name, type_ in META_COLUMNS:
+        schema = schema.append(pa.field(name, type_))
+    return schema
+
+
+# -- snapshot splits -----------------------------------------------------------------------------
+def write_split(lake, table: SourceTable, batches: Iterable[pa.RecordBatch], split_id: int,
+                attempt: str, watermark: str, read_at: dt.datetime,
                 on_batch=lambda rows: None) -> int:
     """Stream a split's rows into bronze, tagged with the split, attempt and watermark;
     `on_batch(rows)` follows progress. Returns the rows written."""
@@ -56,7 +62,8 @@ def write_split(engine, root: str, table: SourceTable, batches: Iterable[pa.Reco
             written += batch.num_rows
             on_batch(batch.num_rows)
 
-    engine.append_arrow(snapshot_path(root, table), counted(), snapshot_schema(table))
+    lake.tables.append_arrow(lake.snapshot_path(table.db, table.name), counted(),
+                             snapshot_schema(table))
     return written
 
 
@@ -71,42 +78,109 @@ def tag_split_rows(table: SourceTable, batches: Iterable[pa.RecordBatch], split_
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def ensure_snapshot_table(engine, root: str, table: SourceTable) -> None:
-    engine.create_arrow_table(snapshot_path(root, table), snapshot_schema(table))
+def ensure_snapshot_table(lake, table: SourceTable) -> None:
+    lake.tables.create_arrow_table(lake.snapshot_path(table.db, table.name),
+                                   snapshot_schema(table))
 
 
-def drop_unfinished(engine, root: str, table: SourceTable, split_ids: Iterable[int]) -> None:
+def drop_unfinished(lake, table: SourceTable, split_ids: Iterable[int]) -> None:
     """Delete rows that earlier, unfinished attempts left for these splits."""
     ids = sorted(set(split_ids))
-    path = snapshot_path(root, table)
-    if ids and engine.exists(path):
-        engine.spark.sql(f"DELETE FROM {engine.table_ref(path)} WHERE _cdc_split_id IN "
-                         f"({', '.join(str(int(i)) for i in ids)})").collect()
+    path = lake.snapshot_path(table.db, table.name)
+    if ids and lake.tables.exists(path):
+        lake.tables.delete_rows(path, [("_cdc_split_id", "IN", [int(i) for i in ids])])
 
 
-def append_changes(engine, root: str, changes: list[dict]) -> None:
-    """One Delta commit holding whole transactions."""
-    if changes:
-        engine.append_arrow(binlog_path(root),
-                            pa.Table.from_pylist(changes, schema=BINLOG_SCHEMA).to_batches(),
-                            BINLOG_SCHEMA)
+# -- binlog changes ------------------------------------------------------------------------------
+def ensure_changes_table(lake, table: SourceTable) -> None:
+    lake.tables.create_arrow_table(lake.changes_path(table.db, table.name),
+                                   changes_schema(table))
 
 
-def ensure_binlog_table(engine, root: str) -> None:
-    engine.create_arrow_table(binlog_path(root), BINLOG_SCHEMA)
+def ensure_statements_table(lake) -> None:
+    lake.tables.create_arrow_table(lake.statements_path, STATEMENTS_SCHEMA)
 
 
-def resume_after(engine, root: str, checkpoint: Position | None) -> Position | None:
-    """Where capture resumes: after the checkpoint, or after bronze rows written past it.
+def append_changes(lake, table: SourceTable, batches: list[pa.RecordBatch]) -> None:
+    """One commit of a table's change rows; the table's columns follow the batches' (a column
+    the source added is added, a narrower one is cast up, a widened one widens bronze first)."""
+    path = lake.changes_path(table.db, table.name)
+    current = lake.tables.schema(path) if lake.tables.exists(path) else changes_schema(table)
+    target = _merged_schema(current, [b.schema for b in batches], table)
+    if target != current and lake.tables.exists(path):
+        widened = {f.name: f.type for f in target if f.name in current.names and
+                   current.field(f.name).type != f.type}
+        if widened:
+            from pyspark.sql.pandas.types import from_arrow_type
 
-    Bronze commits before the checkpoint does, so a crash between the two leaves whole
-    transactions in bronze beyond the checkpoint; resuming after them writes nothing twice.
-    """
-    path = binlog_path(root)
-    if not engine.exists(path):
-        return checkpoint
-    after = checkpoint.offset.text if checkpoint else ""
-    rows = engine.spark.sql(
-        f"SELECT txn_end FROM {engine.table_ref(path)} WHERE offset > :after "
-        f"ORDER BY offset DESC LIMIT 1", args={"after": after}).collect()
-    return Position.parse(rows[0][0]) if rows else checkpoint
+            lake.tables.reshape(path, {n: from_arrow_type(t) for n, t in widened.items()}, [])
+    lake.tables.append_arrow(path, (_conform(b, target) for b in batches), target,
+                             schema_mode="merge")
+
+
+def append_statements(lake, statements: list[dict]) -> None:
+    if statements:
+        lake.tables.append_arrow(lake.statements_path,
+                                 pa.Table.from_pylist(statements, STATEMENTS_SCHEMA).to_batches(),
+                                 STATEMENTS_SCHEMA)
+
+
+def _merged_schema(current: pa.Schema, incoming: list[pa.Schema], table) -> pa.Schema:
+    fields = {f.name: f for f in current}
+    order = list(current.names)
+    for schema in incoming:
+        for f in schema:
+            if f.name not in fields:
+                fields[f.name] = f
+                order.insert(len(order) - len(META_COLUMNS), f.name) \
+                    if all(n in order for n, _ in META_COLUMNS) else order.append(f.name)
+            elif fields[f.name].type != f.type:
+                fields[f.name] = pa.field(f.name, _wider(fields[f.name].type, f.type,
+                                                         table.qualified, f.name))
+    return pa.schema([fields[n] for n in order])
+
+
+def _wider(old: pa.DataType, new: pa.DataType, table: str, column: str) -> pa.DataType:
+    """The type holding every value of both, where one widens to the other."""
+    if old in _WIDENS and new in _WIDENS:
+        return old if _WIDENS[old] >= _WIDENS[new] else new
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        scale = max(old.scale, new.scale)
+        digits = max(old.precision - old.scale, new.precision - new.scale)
+        if digits + scale <= 38:
+            return pa.decimal128(digits + scale, scale)
+    if {old, new} == {pa.float32(), pa.float64()}:
+        return pa.float64()
+    if old in _WIDENS and pa.types.is_decimal(new) and new.precision - new.scale >= 19:
+        return new
+    raise SourceError(f"column `{column}` of {table} changed type in the binlog from {old} to "
+                      f"{new}, which bronze cannot hold in one column: re-snapshot the table "
+                      f"(cdc-sql resnapshot PIPELINE --tables <name>)")
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    columns = []
+    for f in schema:
+        if f.name in batch.schema.names:
+            column = batch.column(f.name)
+            columns.append(column if column.type == f.type else column.cast(f.type))
+        else:
+            columns.append(pa.nulls(batch.num_rows, f.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def landed_after(lake, tables: list[tuple[str, str]], after: Offset) -> dict:
+    """Per (db, table): the last offset bronze holds beyond `after`, for the tables a run was
+    writing when it stopped (state's `landing`); capture skips what is there."""
+    found = {}
+    for db, name in tables:
+        path = lake.statements_path if (db, name) == STATEMENTS else lake.changes_path(db, name)
+        column = "offset" if (db, name) == STATEMENTS else "_cdc_offset"
+        if not lake.tables.exists(path):
+            continue
+        rows = lake.spark.sql(f"SELECT max({column}) FROM {table_ref(path)} WHERE {column} > "
+                              f":after", args={"after": after.text}).collect()
+        if rows and rows[0][0]:
+            found[(db, name)] = Offset.parse(rows[0][0])
+    return found
+

@@ -1,31 +1,35 @@
 """Silver: the live source rows after projection, kept by one primary-key MERGE per batch.
 
-A batch for one silver table covers the binlog window (P, U]: P the applied offset in state, U a
-transaction boundary the capture has reached. The first batch also brings every snapshot split's
-rows, placed at their watermarks; it waits until all splits of the table are done and capture
-has passed the highest watermark, so silver is transaction-consistent from its first commit.
-State records P := U only after the MERGE commits; a rerun of the same window is harmless.
+A batch for one silver table carries out a planner.Window: the bronze changes in (P, U] (and,
+with the first batch, the snapshot splits' rows, placed at their watermarks). The statements a
+batch runs are built once, as a list of `Step`s, from the plan, the window and a few facts read
+from the lake (`Facts`: bronze's columns, renames and TRUNCATEs in the window); `cdc-sql plan`
+prints that same list. State records P := U only after the MERGE commits; a rerun of the same
+window is harmless (docs/architecture.md, "Why silver is exactly-once").
 """
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from cdc_sql import faults
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
-from cdc_sql.engine import EVOLVE_MARK, OWN_MERGE, table_ref
 from cdc_sql.errors import ConfigError, SourceError, StateError
-from cdc_sql.lake import bronze
+from cdc_sql.lake.tables import EVOLVE_MARK, OWN_MERGE, table_ref
+from cdc_sql.planner import Window
 from cdc_sql.source import ddl
 from cdc_sql.source.offsets import Offset
-from cdc_sql.source.schema import SourceTable
-from cdc_sql.source.values import decode_sql
-from cdc_sql.sql import quote, render, string_literal
+from cdc_sql.source.schema import SourceTable, key_text_name
+from cdc_sql.sql import quote, render
 
 ENGINE_COLUMNS = ("_cdc_offset", "_cdc_op", "_cdc_ts")
 HISTORY_COLUMNS = ("_cdc_op", "_cdc_valid_from", "_cdc_valid_from_ts", "_cdc_valid_to",
                    "_cdc_valid_to_ts", "_cdc_current")
+# Commits after our recorded version that need no one's attention: compaction and vacuum (same
+# content), and our own schema changes and MERGEs (a run that died before its state commit;
+# replaying a window is harmless, however often it happened).
+CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK, OWN_MERGE)
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class SilverPlan:
     spec: Table
     sources: tuple[SourceTable, ...]
     projection: Projection
+    key_texts: tuple[tuple[str, str], ...] = ()  # temporal key columns: (source, output name)
 
     @property
     def sharded(self) -> bool:
@@ -43,19 +48,29 @@ class SilverPlan:
     @property
     def key(self) -> tuple[str, ...]:
         per_shard = self.sharded and not self.spec.key_unique_across_shards
+        texts = {out for _, out in self.key_texts}
+        return tuple(key_text_name(k) if k in texts else k for k in self.projection.key) + \
+            (("_cdc_source_table",) if per_shard else ())
+
+    @property
+    def row_key(self) -> tuple[str, ...]:
+        """The key in the columns users see (temporal key columns by their typed value)."""
+        per_shard = self.sharded and not self.spec.key_unique_across_shards
         return self.projection.key + (("_cdc_source_table",) if per_shard else ())
 
     @property
     def row_columns(self) -> tuple[str, ...]:
-        """The row as users see it: the projected columns (and the shard it came from)."""
+        """The row as users see it: the projected columns, the text of temporal key columns,
+        and the shard a row came from."""
         extra = ("_cdc_source_table",) if self.sharded else ()
-        return tuple(name for _, name in self.projection.columns) + extra
+        return tuple(name for _, name in self.projection.columns) + \
+            tuple(key_text_name(out) for _, out in self.key_texts) + extra
 
     @property
     def columns(self) -> tuple[str, ...]:
         """Silver's columns."""
-        return self.row_columns[:len(self.projection.columns)] + ENGINE_COLUMNS + \
-            self.row_columns[len(self.projection.columns):]
+        n = len(self.projection.columns)
+        return self.row_columns[:n] + ENGINE_COLUMNS + self.row_columns[n:]
 
     @property
     def snapshot_keys_unique(self) -> bool:
@@ -63,6 +78,10 @@ class SilverPlan:
         and shards' rows differ by `_cdc_source_table` unless declared unique across them."""
         single = len(self.sources) == 1 or not self.spec.key_unique_across_shards
         return single and not any(s.key_nullable for s in self.sources)
+
+    @property
+    def key_nullable(self) -> bool:
+        return any(s.key_nullable for s in self.sources)
 
     @property
     def history_columns(self) -> tuple[str, ...]:
@@ -79,61 +98,62 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
         if [c.name for c in other.columns] != [c.name for c in first.columns] or \
                 other.key != first.key:
             raise SourceError(f"{file}: tables[{index}] (`{spec.name}`): shard {other.qualified} "
-                              f"has other columns or key than {first.qualified}")
+                              f"has other columns or key than {first.qualified}: "
+                              f"{_shard_difference(first, other)}")
     try:
         projection = resolve_projection(spec, [c.name for c in first.columns], list(first.key))
     except ConfigError as exc:
         raise ConfigError(f"{exc.detail} (table {first.qualified})", file,
                           f"tables[{index}].projection") from None
-    return SilverPlan(spec, tuple(sources), projection)
+    texts = {c.name for c in first.key_text_columns}
+    key_texts = tuple((source, out) for source, out in zip(first.key, projection.key)
+                      if source in texts)
+    return SilverPlan(spec, tuple(sources), projection, key_texts)
 
 
-def silver_path(root: str, name: str) -> str:
-    return f"{root}/silver/{name}"
+def _shard_difference(first: SourceTable, other: SourceTable) -> str:
+    mine, theirs = [c.name for c in first.columns], [c.name for c in other.columns]
+    parts = []
+    if set(theirs) - set(mine):
+        parts.append(f"only in {other.qualified}: {', '.join(sorted(set(theirs) - set(mine)))}")
+    if set(mine) - set(theirs):
+        parts.append(f"only in {first.qualified}: {', '.join(sorted(set(mine) - set(theirs)))}")
+    if not parts and mine != theirs:
+        parts.append(f"the columns are in another order ({', '.join(theirs)})")
+    if first.key != other.key:
+        parts.append(f"key ({', '.join(first.key)}) against ({', '.join(other.key)})")
+    return "; ".join(parts)
 
 
-def history_path(root: str, name: str) -> str:
-    return f"{root}/silver/{name}_history"
-
-
-def staging_path(root: str, name: str) -> str:
-    return f"{root}/_staging/{name}"
-
-
-# Commits after our recorded version that need no one's attention: compaction and vacuum (same
-# content), and our own schema changes and MERGEs (a run that died before its state commit;
-# replaying a window is harmless, however often it happened).
-CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK, OWN_MERGE)
-
-
-def owned_tables(root: str, spec: Table) -> dict[str, str]:
-    """The Delta tables a pipeline table writes, by the state key recording our last version."""
-    tables = {"silver_version": silver_path(root, spec.name)}
+# -- the hand-change check ------------------------------------------------------------------------
+def owned_tables(lake, spec: Table) -> dict[str, str]:
+    """The Delta tables a pipeline table writes, by the state field recording our last version."""
+    tables = {"silver_version": lake.silver_path(spec.name)}
     if spec.history:
-        tables["history_version"] = history_path(root, spec.name)
+        tables["history_version"] = lake.history_path(spec.name)
     return tables
 
 
-def owned_versions(engine, root: str, spec: Table) -> dict[str, int | None]:
+def owned_versions(lake, spec: Table) -> dict[str, int | None]:
     """Our last version of each table, for state: what check_untouched compares against."""
-    return {key: engine.version(path) if engine.exists(path) else None
-            for key, path in owned_tables(root, spec).items()}
+    return {key: lake.tables.version(path) if lake.tables.exists(path) else None
+            for key, path in owned_tables(lake, spec).items()}
 
 
-def check_untouched(engine, root: str, spec: Table, table_state: dict) -> None:
+def check_untouched(lake, spec: Table, entry) -> None:
     """Refuse to merge over a silver (or history) table someone else changed since our last
     commit. Allowed after it: compaction and vacuum (content unchanged), cdc-sql's own marked
     schema changes, a RESTORE back to content we wrote, and our own MERGEs (runs that died
     between a MERGE and the state commit; replaying a window is harmless)."""
-    for key, path in owned_tables(root, spec).items():
-        recorded = table_state.get(key)
-        if recorded is not None and engine.exists(path):
+    for key, path in owned_tables(lake, spec).items():
+        recorded = getattr(entry, key)
+        if recorded is not None and lake.tables.exists(path):
             kind = "history" if key == "history_version" else "silver"
-            _check_commits(engine, root, f"{kind} table {path.rsplit('/', 1)[-1]}", path, recorded)
+            _check_commits(lake, f"{kind} table {path.rsplit('/', 1)[-1]}", path, recorded)
 
 
-def _check_commits(engine, root: str, label: str, path: str, recorded: int) -> None:
-    commits = engine.history(path, recorded)
+def _check_commits(lake, label: str, path: str, recorded: int) -> None:
+    commits = lake.tables.history(path, recorded)
     if commits is None:
         return
     ours, foreign = {recorded}, []  # versions holding what we wrote; commits since that are not
@@ -152,132 +172,241 @@ def _check_commits(engine, root: str, label: str, path: str, recorded: int) -> N
         f"{recorded}, which cdc-sql wrote last ({shown}). cdc-sql does not merge over changes "
         f"it did not make. Undo them (Spark: RESTORE TABLE delta.`{path}` TO VERSION AS OF "
         f"{recorded}; delta-rs: DeltaTable(path).restore({recorded})), or start the pipeline "
-        f"over by removing {root}")
+        f"over by removing {lake.root}")
 
 
-def merge_snapshot(engine, root: str, plan: SilverPlan, upto: str,
-                   done_splits: dict[str, list[tuple[int, str, str]]],
-                   history_start: str | None = None) -> None:
-    """The first batch: every done split's rows and the binlog window ("", upto].
+# -- what a batch needs to know before its SQL can be written -----------------------------------
+@dataclass(frozen=True)
+class Facts:
+    """Read from the lake before a batch: per source table, the columns its bronze tables hold
+    and the DDL/TRUNCATE statements in the window."""
 
-    The snapshot rows are written into silver as they are (the commit that creates it), and
-    only the binlog changes go through the last-change-per-key step and the MERGE, whose offset
-    guard lets a row's later changes win: the same silver as one MERGE of every candidate, but
-    without pushing every snapshot row through a join (10M rows: 3.4 GB of memory on Sail).
-    A rerun finds silver created and replays the MERGE, which is harmless.
+    snapshot_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    changes_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    statements: dict[str, tuple] = field(default_factory=dict)  # (op, offset, ts, statement)
+    silver_columns: tuple[str, ...] = ()  # silver's columns, when it exists
 
-    With history, silver is first brought to `history_start` (an offset past which no split's
-    rows hold a change; default: the highest watermark), history starts from silver as it
-    stands there, and the rest of the window is an ordinary batch."""
-    start = history_start or max(w for splits in done_splits.values() for _, _, w in splits)
-    if not plan.spec.history:
-        merge_batch(engine, root, plan, "", upto, done_splits, write_snapshot=True)
-        return
-    if not engine.exists(history_path(root, plan.spec.name)):  # else a rerun: silver is past it
-        silver_only = replace(plan, spec=replace(plan.spec, history=False))
-        merge_batch(engine, root, silver_only, "", min(start, upto), done_splits,
-                    write_snapshot=True)
-        _start_history(engine, root, plan)
-    if start < upto:
-        merge_batch(engine, root, plan, start, upto)
+    def dropped(self, plan: "SilverPlan") -> tuple[str, ...]:
+        """Silver columns the source no longer has (NULL in rows changed from now on)."""
+        return tuple(c for c in self.silver_columns
+                     if c not in plan.columns and not c.startswith("_cdc_"))
+
+    def renames(self, source: str) -> dict[str, list[tuple[str, str]]]:
+        """Columns renamed in the window: new name -> [(earlier name, offset of the rename)],
+        oldest first."""
+        return renamed_columns(self.statements.get(source, ()))
 
 
-def merge_batch(engine, root: str, plan: SilverPlan, after: str, upto: str,
-                done_splits: dict[str, list[tuple[int, str, str]]] | None = None,
-                write_snapshot: bool = False) -> None:
-    """MERGE the window (after, upto] into silver, then into its history table when the
-    pipeline keeps one. `done_splits`: splits merged with the window (the first
-    batch's, or those of a table that began to match later: a new shard). `write_snapshot`
-    (the first batch): their rows are written into silver when it is created, not merged."""
-    spark = engine.spark
-    name = plan.spec.name
-    images = f"cdc_images_{name}"
-    parts, renames, schema_events = [], {}, {}
-    for i, source in enumerate(plan.sources):
-        if done_splits is not None:
-            splits_view = f"{images}_{i}_splits"
-            spark.createDataFrame(done_splits.get(source.qualified, []),
-                                  "split_id INT, attempt STRING, watermark STRING") \
-                .createOrReplaceTempView(splits_view)
-            spark.sql(snapshot_images_sql(root, source, splits_view)) \
-                .createOrReplaceTempView(f"{images}_{i}_s")
-            parts.append(f"{images}_{i}_s")
-        window = {"db": source.db, "tbl": source.name, "after": after, "upto": upto}
-        schema_events[source.qualified] = spark.sql(render(
-            "window_ddl", bronze_binlog=table_ref(bronze.binlog_path(root))), args=window).collect()
-        renames.update(renamed_columns(schema_events[source.qualified]))
-        spark.sql(binlog_images_sql(root, source, renames), args=window) \
-            .createOrReplaceTempView(f"{images}_{i}_b")
-        parts.append(f"{images}_{i}_b")
-    spark.sql(" UNION ALL ".join(f"SELECT * FROM {quote(p)}" for p in parts)) \
-        .createOrReplaceTempView(images)
-    candidates = f"cdc_candidates_{name}"
-    spark.sql(candidates_sql(plan, images)).createOrReplaceTempView(candidates)
-    path = silver_path(root, name)
-    merged = candidates
-    if write_snapshot and plan.snapshot_keys_unique:
-        if not engine.exists(path):
-            engine.append(spark.sql(snapshot_rows_sql(plan, candidates)), path)
-            faults.point("silver.snapshot_written")
-        merged = f"cdc_rest_{name}"
-        spark.sql(render("silver_snapshot_rest", candidates=quote(candidates))) \
-            .createOrReplaceTempView(merged)
-    changes = _staged(engine, staging_path(root, name), spark.sql(changes_sql(plan, merged)))
-    faults.point("silver.staged")
-    if not engine.exists(path):
-        engine.append(changes.drop("_cdc_remove").limit(0), path)
-    if plan.spec.history:
-        _start_history(engine, root, plan)  # before silver moves
-    dropped = evolve(engine, path, plan, changes.drop("_cdc_remove").schema, renames)
-    if plan.spec.history:
-        evolve(engine, history_path(root, name), plan, changes.drop("_cdc_remove").schema, renames)
-    changes.createOrReplaceTempView(f"cdc_changes_{name}")
-    spark.sql(merge_sql(root, plan, f"cdc_changes_{name}", dropped)).collect()
-    faults.point("silver.merged")
-    if plan.spec.history:
-        merge_history(engine, root, plan, candidates)
-    apply_truncates(engine, root, plan, schema_events)
+def read_facts(lake, plan: SilverPlan, window: Window) -> Facts:
+    snapshot, changes, statements = {}, {}, {}
+    silver = lake.silver_path(plan.spec.name)
+    silver_columns = tuple(lake.tables.schema(silver).names) if lake.tables.exists(silver) else ()
+    for source in plan.sources:
+        for found, path in ((snapshot, lake.snapshot_path(source.db, source.name)),
+                            (changes, lake.changes_path(source.db, source.name))):
+            if lake.tables.exists(path):
+                found[source.qualified] = tuple(lake.tables.schema(path).names)
+        if lake.tables.exists(lake.statements_path):
+            args = {"db": source.db, "tbl": source.name, "after": window.after,
+                    "upto": window.upto}
+            statements[source.qualified] = tuple(tuple(row) for row in lake.spark.sql(render(
+                "window_ddl", bronze_statements=table_ref(lake.statements_path)),
+                args=args).collect())
+    return Facts(snapshot, changes, statements, silver_columns)
 
 
-def _start_history(engine, root: str, plan: SilverPlan) -> None:
-    """A history table starts from silver as it stands: after the first batch's snapshot, or
-    when a pipeline turns history on later."""
-    if not engine.exists(history_path(root, plan.spec.name)):
-        engine.append(_history_seed(engine.read(silver_path(root, plan.spec.name)), plan),
-                      history_path(root, plan.spec.name))
-
-
-def renamed_columns(schema_events: list) -> dict[str, list[str]]:
-    """Columns a DDL in the window renamed: new name -> its earlier names, newest first."""
-    earlier: dict[str, list[str]] = {}
-    for op, _, _, statement in schema_events:
+def renamed_columns(statements) -> dict[str, list[tuple[str, str]]]:
+    """Columns a DDL renamed: new name -> [(earlier name, offset of that rename)], oldest
+    first (a chain a -> b -> c gives c: [(a, R1), (b, R2)])."""
+    earlier: dict[str, list[tuple[str, str]]] = {}
+    for op, offset, _, statement in statements:
         for old, new in ddl.renamed_columns(statement) if op == "ddl" else []:
-            earlier[new] = [old, *earlier.pop(old, [])]
+            earlier[new] = [*earlier.pop(old, []), (old, offset)]
     return earlier
 
 
-def apply_truncates(engine, root: str, plan: SilverPlan, schema_events: dict[str, list]) -> None:
+# -- the steps of a batch ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    """One statement of a batch. `kind`: view (a temp view named `name`), merge (run it),
+    stage (write to the staging table `name`, then read it back as view `view`), append
+    (write into the silver table `name` when it does not exist yet)."""
+
+    title: str
+    sql: str
+    kind: str = "view"
+    name: str = ""
+    args: dict = field(default_factory=dict)
+    splits: tuple = ()       # for a view of done splits: its rows
+    view: str = ""
+    crash_point: str = ""    # faults.point after it
+
+
+def batch_steps(lake, plan: SilverPlan, window: Window, facts: Facts) -> list[Step]:
+    """The statements of one silver batch, in order (run by run_batch, shown by `plan`)."""
+    name = plan.spec.name
+    images, candidates = f"cdc_images_{name}", f"cdc_candidates_{name}"
+    steps, parts = [], []
+    for i, source in enumerate(plan.sources):
+        renames = facts.renames(source.qualified)
+        if window.splits is not None:
+            splits_view = f"{images}_{i}_splits"
+            steps.append(Step(f"{splits_view}: the done splits of {source.qualified} (id, "
+                              f"attempt, watermark)", "", "splits", splits_view,
+                              splits=window.splits.get(source.qualified, ())))
+            steps.append(Step(
+                f"{images}_{i}_s: snapshot rows of {source.qualified}",
+                snapshot_images_sql(lake, source, splits_view, renames,
+                                    facts.snapshot_columns.get(source.qualified)),
+                name=f"{images}_{i}_s", args={"source_table": source.qualified}))
+            parts.append(f"{images}_{i}_s")
+        if source.qualified not in facts.changes_columns and facts.changes_columns:
+            continue  # nothing captured for it yet (snapshot-only)
+        rename_args = {f"rename_{k}": offset for k, offset in
+                       enumerate(o for chain in renames.values() for _, o in chain)}
+        steps.append(Step(
+            f"{images}_{i}_b: binlog changes of {source.qualified}",
+            binlog_images_sql(lake, source, renames,
+                              facts.changes_columns.get(source.qualified)),
+            name=f"{images}_{i}_b",
+            args={"source_table": source.qualified, "after": window.after,
+                  "upto": window.upto, **rename_args}))
+        parts.append(f"{images}_{i}_b")
+    steps.append(Step(f"{images}: every image of the batch",
+                      " UNION ALL ".join(f"SELECT * FROM {quote(p)}" for p in parts), name=images))
+    steps.append(Step(f"{candidates}: the projection over {images}", candidates_sql(plan, images),
+                      name=candidates))
+    merged = candidates
+    if window.first and plan.snapshot_keys_unique:
+        steps.append(Step("the snapshot rows, written into silver as it is created (first "
+                          "batch only)", snapshot_rows_sql(plan, candidates), "append",
+                          lake.silver_path(name), crash_point="silver.snapshot_written"))
+        merged = f"cdc_rest_{name}"
+        steps.append(Step(f"{merged}: what is left to MERGE after the snapshot rows",
+                          render("silver_snapshot_rest", candidates=quote(candidates)),
+                          name=merged))
+    steps.append(Step(f"cdc_changes_{name}: the last candidate per key, staged in "
+                      f"{lake.staging_path(name)}", changes_sql(plan, merged), "stage",
+                      lake.staging_path(name), view=f"cdc_changes_{name}",
+                      crash_point="silver.staged"))
+    steps.append(Step("the MERGE into silver (silver and history are first given the "
+                      "source's columns)",
+                      merge_sql(lake, plan, f"cdc_changes_{name}", facts.dropped(plan)), "merge",
+                      "silver", crash_point="silver.merged"))
+    if plan.spec.history:
+        steps.append(Step(f"cdc_versions_{name}: the history versions, staged in "
+                          f"{lake.staging_path(name + '_history')}",
+                          history_versions_sql(lake, plan, candidates), "stage",
+                          lake.staging_path(f"{name}_history"), view=f"cdc_versions_{name}",
+                          crash_point="history.staged"))
+        steps.append(Step("the MERGE into history",
+                          history_merge_sql(lake, plan, f"cdc_versions_{name}"), "merge",
+                          crash_point="history.merged"))
+    return steps
+
+
+def describe(steps: list[Step]) -> str:
+    """The steps as `cdc-sql plan` prints them."""
+    out = []
+    for n, step in enumerate(steps, 1):
+        sql = step.sql.strip() or f"-- rows: {list(step.splits)}"
+        bound = "".join(f"\n--   :{k} = {v!r}" for k, v in step.args.items())
+        out.append(f"-- step {n}: {step.title}{bound}\n{sql}\n")
+    return "\n".join(out)
+
+
+# -- carrying out a window ---------------------------------------------------------------------
+def merge_window(lake, plan: SilverPlan, window: Window) -> None:
+    """The first batch (silver created from the snapshot rows; with history, history begins
+    once silver is past every split's read) or an ordinary one."""
+    if not window.first or not plan.spec.history:
+        run_batch(lake, plan, window)
+        return
+    start = window.history_start or window.upto
+    if not lake.tables.exists(lake.history_path(plan.spec.name)):  # else a rerun: past it
+        silver_only = replace(plan, spec=replace(plan.spec, history=False))
+        run_batch(lake, silver_only, replace(window, upto=min(start, window.upto)))
+        _start_history(lake, plan)
+    if start < window.upto:
+        run_batch(lake, plan, Window(start, window.upto))
+
+
+def run_batch(lake, plan: SilverPlan, window: Window) -> None:
+    """MERGE the window into silver, then into its history table when the pipeline keeps one."""
+    facts = read_facts(lake, plan, window)
+    for step in batch_steps(lake, plan, window, facts):
+        if step.name == "silver":  # silver (and history) exist, with the source's columns
+            changes = lake.spark.table(f"cdc_changes_{plan.spec.name}").drop("_cdc_remove")
+            _prepare_targets(lake, plan, changes.schema, facts)
+        _execute(lake, step)
+        if step.crash_point:
+            faults.point(step.crash_point)
+    apply_truncates(lake, plan, facts)
+
+
+def _execute(lake, step: Step) -> None:
+    spark = lake.spark
+    if step.kind == "splits":
+        spark.createDataFrame(list(step.splits), "split_id INT, attempt STRING, watermark STRING") \
+            .createOrReplaceTempView(step.name)
+    elif step.kind == "view":
+        spark.sql(step.sql, args=step.args or None).createOrReplaceTempView(step.name)
+    elif step.kind == "append":
+        if not lake.tables.exists(step.name):
+            lake.engine.append(spark.sql(step.sql, args=step.args or None), step.name)
+    elif step.kind == "stage":
+        _staged(lake, step.name, spark.sql(step.sql, args=step.args or None)) \
+            .createOrReplaceTempView(step.view)
+    else:
+        spark.sql(step.sql, args=step.args or None).collect()
+
+
+def _prepare_targets(lake, plan: SilverPlan, schema, facts: Facts) -> None:
+    """Silver created (empty) if it is not there; history started; both given the source's
+    current columns."""
+    path = lake.silver_path(plan.spec.name)
+    if not lake.tables.exists(path):
+        lake.engine.append(lake.spark.createDataFrame([], schema), path)
+    renames = {new: [old for old, _ in chain] for source in plan.sources
+               for new, chain in facts.renames(source.qualified).items()}
+    if plan.spec.history:
+        _start_history(lake, plan)  # before silver moves
+    evolve(lake, path, plan, schema, renames)
+    if plan.spec.history:
+        evolve(lake, lake.history_path(plan.spec.name), plan, schema, renames)
+
+
+def _start_history(lake, plan: SilverPlan) -> None:
+    """A history table starts from silver as it stands: after the first batch's snapshot, or
+    when a pipeline turns history on later."""
+    path = lake.history_path(plan.spec.name)
+    if not lake.tables.exists(path):
+        lake.engine.append(_history_seed(lake.engine.read(lake.silver_path(plan.spec.name)), plan),
+                           path)
+
+
+def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
     """Rows a TRUNCATE in the window removed leave silver (the MERGE kept later changes), and
     their history versions end there."""
     for source in plan.sources:
-        truncates = [(offset, ts) for op, offset, ts, _ in schema_events[source.qualified]
+        truncates = [(offset, ts) for op, offset, ts, _ in facts.statements.get(source.qualified, ())
                      if op == "truncate"]
         if not truncates:
             continue
         truncated_at, truncated_ts = truncates[-1]
         Offset.parse(truncated_at)  # ours, as written by capture
         shard = [("_cdc_source_table", "=", source.qualified)] if plan.sharded else []
-        engine.delete_rows(silver_path(root, plan.spec.name),
-                           [("_cdc_offset", "<", truncated_at), *shard])
+        lake.tables.delete_rows(lake.silver_path(plan.spec.name),
+                                [("_cdc_offset", "<", truncated_at), *shard])
         if plan.spec.history:
-            engine.update_rows(history_path(root, plan.spec.name),
-                               {"_cdc_valid_to": truncated_at, "_cdc_current": False,
-                                "_cdc_valid_to_ts": truncated_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
-                               [("_cdc_current", "=", True),
-                                ("_cdc_valid_from", "<", truncated_at), *shard])
+            lake.tables.update_rows(
+                lake.history_path(plan.spec.name),
+                {"_cdc_valid_to": truncated_at, "_cdc_current": False,
+                 "_cdc_valid_to_ts": truncated_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
+                [("_cdc_current", "=", True), ("_cdc_valid_from", "<", truncated_at), *shard])
 
 
-def evolve(engine, path: str, plan: SilverPlan, changes_schema,
+def evolve(lake, path: str, plan: SilverPlan, changes_schema,
            renames: dict[str, list[str]]) -> list[str]:
     """Bring a silver (or history) table's columns up to the source's after a DDL, in one
     commit marked as cdc-sql's own: columns added there are added (NULL in older rows); a
@@ -286,7 +415,7 @@ def evolve(engine, path: str, plan: SilverPlan, changes_schema,
     their names are returned (NULL from now on). Any other type change stops the table."""
     from pyspark.sql.types import StructField
 
-    current = {f.name: f.dataType for f in engine.read(path).schema.fields}
+    current = {f.name: f.dataType for f in lake.engine.read(path).schema.fields}
     wanted = {f.name: f for f in changes_schema.fields}
     widened = {}
     for name, field_ in wanted.items():
@@ -296,15 +425,15 @@ def evolve(engine, path: str, plan: SilverPlan, changes_schema,
                     f"column `{name}` of {plan.spec.name} changed type in the source, from "
                     f"{current[name].simpleString()} to {field_.dataType.simpleString()}, which "
                     f"is not a widening cdc-sql can apply to {path}. Re-snapshot the table: "
-                    f"remove {path} and its `table` entry's state (or the whole target.path), "
-                    f"then run")
+                    f"cdc-sql resnapshot PIPELINE --tables {plan.spec.name}")
             widened[name] = field_.dataType
-    added = [(f.name, f.dataType, next((old for old in renames.get(f.name, []) if old in current),
-                                       None)) for name, f in wanted.items() if name not in current]
+    added = [(f.name, f.dataType, next((old for old in reversed(renames.get(f.name, []))
+                                        if old in current), None))
+             for name, f in wanted.items() if name not in current]
     if widened or any(source for _, _, source in added):
-        engine.reshape(path, widened, added)  # one commit: a crash leaves all or nothing
+        lake.tables.reshape(path, widened, added)  # one commit: a crash leaves all or nothing
     elif added:
-        engine.add_columns(path, [StructField(name, t, True) for name, t, _ in added])
+        lake.tables.add_columns(path, [StructField(name, t, True) for name, t, _ in added])
     return [name for name in current if name not in wanted and not name.startswith("_cdc_")]
 
 
@@ -323,17 +452,6 @@ def widens(old, new) -> bool:
     return isinstance(old, T.FloatType) and isinstance(new, T.DoubleType)
 
 
-def merge_history(engine, root: str, plan: SilverPlan, candidates: str) -> None:
-    """Add the batch's versions to <name>_history and end the versions they follow."""
-    spark = engine.spark
-    versions = _staged(engine, staging_path(root, f"{plan.spec.name}_history"),
-                       spark.sql(history_versions_sql(root, plan, candidates)))
-    faults.point("history.staged")
-    versions.createOrReplaceTempView(f"cdc_versions_{plan.spec.name}")
-    spark.sql(history_merge_sql(root, plan, f"cdc_versions_{plan.spec.name}")).collect()
-    faults.point("history.merged")
-
-
 def _history_seed(silver, plan: SilverPlan):
     """Silver's rows as current versions, each since its last change: the start of a history
     (empty with a new silver table), typed like silver."""
@@ -347,54 +465,88 @@ def _history_seed(silver, plan: SilverPlan):
                          F.lit(True).alias("_cdc_current"))
 
 
-def _staged(engine, staging: str, df):
+def _staged(lake, staging: str, df):
     """Land a MERGE's source in a staging Delta table and read it back: a MERGE whose source is
     a query may evaluate it more than once (Sail 0.7 does: 4.3 s instead of 1.5 s for 200k
     changes), and a history batch reads the table it merges into. A crash after staging just
     stages again."""
-    if "://" not in staging:  # a fresh table each time: Sail cannot overwrite one whose
-        shutil.rmtree(staging, ignore_errors=True)  # schema gains a column with a table feature
+    if lake.local:  # a fresh table each time: Sail cannot overwrite one whose schema gains a
+        shutil.rmtree(staging, ignore_errors=True)  # column with a table feature
     df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(staging)
-    return engine.read(staging)
+    return lake.engine.read(staging)
 
 
-def snapshot_images_sql(root: str, source: SourceTable, splits_view: str) -> str:
+# -- the SQL of each step ----------------------------------------------------------------------
+def _column_expr(column, present: tuple[str, ...] | None, chain: list[tuple[str, str]],
+                 prefix: str, rename_params: list[str]) -> str:
+    """A source column read from a bronze table: by its name, by its earlier names for rows
+    written before a rename (`chain`, oldest first, with bound offsets), NULL where bronze
+    has no such column; cast to the contract type."""
+    names = present if present is not None else None
+
+    def read(name: str) -> str:
+        return f"{prefix}{quote(name)}" if names is None or name in names else "NULL"
+
+    if chain:
+        cases = "".join(f"WHEN _cdc_offset < :{param} THEN {read(old)} "
+                        for (old, _), param in zip(chain, rename_params))
+        value = f"CASE {cases}ELSE {read(column.name)} END"
+    else:
+        value = read(column.name)
+    return f"CAST({value} AS {column.spark_type})"
+
+
+def _image_columns(source: SourceTable, present, renames, prefix: str,
+                   by_offset: bool) -> str:
+    items, k = [], 0
+    for column in source.columns:
+        chain = renames.get(column.name, [])
+        params = [f"rename_{k + n}" for n in range(len(chain))]
+        k += len(chain)
+        if not by_offset and chain:  # snapshot rows: the newest name bronze has
+            earlier = next((old for old, _ in reversed(chain) if present and old in present), None)
+            value = f"{prefix}{quote(column.name)}" if present is None or column.name in present \
+                else f"{prefix}{quote(earlier)}" if earlier else "NULL"
+            items.append(f"CAST({value} AS {column.spark_type}) AS {quote(column.name)}")
+            continue
+        items.append(f"{_column_expr(column, present, chain, prefix, params)} "
+                     f"AS {quote(column.name)}")
+    for column in source.key_text_columns:
+        name = key_text_name(column.name)
+        value = f"{prefix}{quote(name)}" if present is None or name in present else "NULL"
+        items.append(f"{value} AS {quote(name)}")
+    return ",\n  ".join(items)
+
+
+def snapshot_images_sql(lake, source: SourceTable, splits_view: str,
+                        renames: dict | None = None, present=None) -> str:
     return render(
         "snapshot_images",
-        columns=", ".join(f"b.{quote(c.name)}" for c in source.columns),
-        source_table=string_literal(source.qualified),
-        bronze_snapshot=table_ref(bronze.snapshot_path(root, source)),
+        columns=_image_columns(source, present, renames or {}, "b.", by_offset=False),
+        bronze_snapshot=table_ref(lake.snapshot_path(source.db, source.name)),
         done_splits=quote(splits_view),
     )
 
 
-def binlog_images_sql(root: str, source: SourceTable,
-                      renames: dict[str, list[str]] | None = None) -> str:
-    """`renames`: column -> its earlier names, for images written before a RENAME COLUMN."""
+def binlog_images_sql(lake, source: SourceTable, renames: dict | None = None,
+                      present=None) -> str:
     return render(
         "binlog_images",
-        columns=",\n  ".join(
-            f"{decode_sql(c, _image_value(i, c.name, (renames or {}).get(c.name, [])))} "
-            f"AS {quote(c.name)}" for i, c in enumerate(source.columns)),
-        names=f"array({', '.join(string_literal(c.name) for c in source.columns)})",
-        source_table=string_literal(source.qualified),
-        bronze_binlog=table_ref(bronze.binlog_path(root)),
+        columns=_image_columns(source, present, renames or {}, "", by_offset=True),
+        bronze_changes=table_ref(lake.changes_path(source.db, source.name)),
     )
 
 
 def candidates_sql(plan: SilverPlan, images_view: str) -> str:
+    items = [f"{expr} AS {quote(name)}" for expr, name in plan.projection.columns]
+    items += [f"{quote(key_text_name(source))} AS {quote(key_text_name(out))}"
+              for source, out in plan.key_texts]
     return render(
         "silver_candidates",
-        projection=", ".join(f"{expr} AS {quote(name)}" for expr, name in plan.projection.columns),
+        projection=",\n  ".join(items),
         matches=plan.projection.where or "TRUE",
         images=quote(images_view),
     )
-
-
-def _image_value(position: int, name: str, earlier: list[str]) -> str:
-    by_name = "".join(f"WHEN array_contains(map_keys(e.image), {string_literal(n)}) "
-                      f"THEN e.image[{string_literal(n)}] " for n in [name, *earlier])
-    return f"CASE WHEN e.in_order THEN get(e.image_values, {position}) {by_name}END"
 
 
 def snapshot_rows_sql(plan: SilverPlan, candidates_view: str) -> str:
@@ -414,23 +566,23 @@ def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
     )
 
 
-def history_versions_sql(root: str, plan: SilverPlan, candidates_view: str) -> str:
+def history_versions_sql(lake, plan: SilverPlan, candidates_view: str) -> str:
     return render(
         "history_versions",
         key=", ".join(quote(k) for k in plan.key),
         candidates=quote(candidates_view),
         columns=", ".join(quote(c) for c in plan.row_columns),
         history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
-        history=table_ref(history_path(root, plan.spec.name)),
+        history=table_ref(lake.history_path(plan.spec.name)),
         key_match=_key_match(plan, "h", "f"),
     )
 
 
-def history_merge_sql(root: str, plan: SilverPlan, versions_view: str) -> str:
+def history_merge_sql(lake, plan: SilverPlan, versions_view: str) -> str:
     columns = [quote(c) for c in plan.history_columns]
     return render(
         "history_merge",
-        history=table_ref(history_path(root, plan.spec.name)),
+        history=table_ref(lake.history_path(plan.spec.name)),
         versions=quote(versions_view),
         key_match=_key_match(plan, "t", "s"),
         columns=", ".join(columns),
@@ -441,16 +593,16 @@ def history_merge_sql(root: str, plan: SilverPlan, versions_view: str) -> str:
 def _key_match(plan: SilverPlan, left: str, right: str) -> str:
     """Keys compare with `=`; with `<=>` only where a declared key may hold NULLs (a MERGE on
     `<=>` is about 20% slower)."""
-    equals = "<=>" if any(s.key_nullable for s in plan.sources) else "="
+    equals = "<=>" if plan.key_nullable else "="
     return " AND ".join(f"{left}.{quote(k)} {equals} {right}.{quote(k)}" for k in plan.key)
 
 
-def merge_sql(root: str, plan: SilverPlan, changes_view: str, dropped: list[str] = ()) -> str:
+def merge_sql(lake, plan: SilverPlan, changes_view: str, dropped: tuple[str, ...] = ()) -> str:
     """`dropped`: silver columns the source no longer has; an update sets them NULL."""
     columns = [quote(c) for c in plan.columns]
     return render(
         "silver_merge",
-        silver=table_ref(silver_path(root, plan.spec.name)),
+        silver=table_ref(lake.silver_path(plan.spec.name)),
         changes=quote(changes_view),
         key_match=_key_match(plan, "t", "s"),
         assignments=", ".join([*(f"t.{c} = s.{c}" for c in columns),
@@ -459,36 +611,3 @@ def merge_sql(root: str, plan: SilverPlan, changes_view: str, dropped: list[str]
         values=", ".join(f"s.{c}" for c in columns),
     )
 
-
-def describe_sql(root: str, plan: SilverPlan) -> str:
-    """The statements one silver batch runs, in order, as `cdc-sql plan` shows them."""
-    name = plan.spec.name
-    images, candidates = f"cdc_images_{name}", f"cdc_candidates_{name}"
-    steps = []
-    for i, source in enumerate(plan.sources):
-        steps.append((f"{images}_{i}_s: snapshot rows of {source.qualified} (first batch only)",
-                      snapshot_images_sql(root, source, f"{images}_{i}_splits")))
-        steps.append((f"DDL and TRUNCATEs of {source.qualified} in the window (renamed columns, "
-                      f"rows a TRUNCATE removes)",
-                      render("window_ddl", bronze_binlog=table_ref(bronze.binlog_path(root)))))
-        steps.append((f"{images}_{i}_b: binlog changes of {source.qualified}",
-                      binlog_images_sql(root, source)))
-    steps.append((f"{candidates}: the projection over {images} (the union of the above)",
-                  candidates_sql(plan, images)))
-    steps.append(("first batch only: the snapshot rows, written into silver as it is created",
-                  snapshot_rows_sql(plan, candidates)))
-    steps.append((f"cdc_rest_{name}: first batch only, what is left to MERGE (afterwards, all "
-                  f"of {candidates})",
-                  render("silver_snapshot_rest", candidates=quote(candidates))))
-    steps.append((f"cdc_changes_{name}: the last candidate per key, written to "
-                  f"{staging_path(root, name)}", changes_sql(plan, candidates)))
-    steps.append(("the MERGE into silver", merge_sql(root, plan, f"cdc_changes_{name}")))
-    if plan.spec.history:
-        steps.append((f"cdc_versions_{name}: the history versions (history begins as a copy "
-                      f"of silver once the first batch has reached past every split's read), "
-                      f"written to "
-                      f"{staging_path(root, name + '_history')}",
-                      history_versions_sql(root, plan, candidates)))
-        steps.append(("the MERGE into history", history_merge_sql(root, plan, f"cdc_versions_{name}")))
-    return "\n".join(f"-- step {n}: {title}\n{sql.strip()}\n" for n, (title, sql)
-                     in enumerate(steps, 1))

@@ -1,102 +1,302 @@
 """The checkpoint: an append-only Delta table under `<target>/_state`; the newest entry wins.
 
-Entries are (kind, name) -> JSON value:
-- ("split", "<db.table>#<id>"): a snapshot split's bounds, status, watermark, attempt, rows;
-- ("table", "<silver name>"): the applied offset P and whether the snapshot is merged;
-- ("capture", "binlog"): where the binlog reader resumes, a transaction boundary;
-- ("run", "last"): the last run and its outcome;
-- ("pipeline", "owner"): the pipeline this target belongs to (one target, one pipeline).
-Several entries written together land in one Delta commit, so they change together or not at all.
+Every entry is one of the dataclasses below, stored as (kind, name) -> JSON value; this module is
+the only place that knows their JSON form (docs/architecture.md, "State"):
+- `SplitEntry`   ("split", "<db.table>#<id>"): a snapshot split's bounds, status and watermark;
+- `TableEntry`   ("table", "<silver name>"): the applied offset P and whether the snapshot is in;
+- `CaptureEntry` ("capture", "binlog"): where the binlog reader resumes (a transaction boundary),
+  the GTID position there, the server it was read from, and a part of a large transaction
+  landed beyond it;
+- `RunEntry`     ("run", "last"): the last run and its outcome;
+- `OwnerEntry`   ("pipeline", "owner"): the pipeline this target belongs to.
+Several entries written together land in one Delta commit: they change together or not at all.
+Reading a value tolerates keys it does not know (a newer writer) and missing ones (an older one).
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import ClassVar, Iterable
 
 import pyarrow as pa
 
 from cdc_sql.errors import StateError
+from cdc_sql.source.offsets import Position
+from cdc_sql.source.splits import Split
 
 STATE_SCHEMA = pa.schema([("kind", pa.string()), ("name", pa.string()), ("value", pa.string()),
                           ("seq", pa.int64()), ("run_id", pa.string()),
                           ("written_at", pa.timestamp("us", tz="UTC"))])
 
 
+class Entry:
+    """A checkpoint entry: `kind` is fixed per class, `name` comes from the value."""
+
+    kind: ClassVar[str]
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, name: str, value: dict):
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in value.items() if k in known})
+
+
+@dataclass(frozen=True)
+class SplitEntry(Entry):
+    """One snapshot split: planned, then done with its rows' attempt and watermark.
+
+    `watermark` is the offset text the split's rows stand at (empty while a MySQL GTID watermark
+    waits to be resolved by the binlog reader); `read_end` a position after the read, past which
+    the rows hold no change (history starts past every split's)."""
+
+    kind: ClassVar[str] = "split"
+    source_table: str
+    split_id: int
+    lower: list | None = None
+    upper: list | None = None
+    status: str = "planned"
+    attempt: str | None = None
+    rows: int | None = None
+    watermark: str | None = None
+    watermark_position: str | None = None
+    watermark_gtid: str = ""
+    watermark_exact: bool = True
+    reader: str | None = None
+    read_end: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.source_table}#{self.split_id}"
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+    @property
+    def ready(self) -> bool:
+        """Done, and its watermark known."""
+        return self.done and bool(self.watermark)
+
+    @property
+    def split(self) -> Split:
+        return Split.from_json(self.to_json())
+
+    @classmethod
+    def planned(cls, split: Split) -> "SplitEntry":
+        return cls(**split.to_json())
+
+
+@dataclass(frozen=True)
+class TableEntry(Entry):
+    """A silver table: applied offset P, the snapshot merged, our last Delta versions."""
+
+    kind: ClassVar[str] = "table"
+    table: str = ""
+    applied: str = ""
+    snapshot_merged: bool = False
+    source_time: str | None = None
+    key: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # the db.table names it reads
+    silver_version: int | None = None
+    history_version: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.table
+
+    def to_json(self) -> dict:
+        value = dataclasses.asdict(self)
+        del value["table"]  # the entry's name
+        return value
+
+    @classmethod
+    def from_json(cls, name: str, value: dict) -> "TableEntry":
+        return super().from_json(name, {**value, "table": name})
+
+
+@dataclass(frozen=True)
+class CaptureEntry(Entry):
+    """Where capture stands: `position`, a transaction boundary on the source, up to which bronze
+    holds every change; `source_time` when the source was last known to be there (for lag)."""
+
+    kind: ClassVar[str] = "capture"
+    position: str = ""
+    source_time: str | None = None
+    gtid: str = ""          # the GTID position at `position` (MariaDB domain-server-seq,...)
+    # Source tables ([db, table]; ["", ""] for the statements table) whose bronze tables may
+    # hold rows beyond `position`: a batch or a part of a large transaction was being written.
+    landing: list[list[str]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return "binlog"
+
+    @property
+    def at(self) -> Position:
+        return Position.parse(self.position)
+
+    @property
+    def offset(self) -> str:
+        return self.at.offset.text
+
+
+@dataclass(frozen=True)
+class RunEntry(Entry):
+    """The last run: what it did and how it ended (status, metrics)."""
+
+    kind: ClassVar[str] = "run"
+    run_id: str = ""
+    started_at: str = ""
+    outcome: str = "failed"
+    seconds: float = 0.0
+    snapshot_rows: int = 0
+    captured_changes: int = 0
+    merged_tables: list[str] = field(default_factory=list)
+    seconds_snapshot: float = 0.0
+    seconds_capture: float = 0.0
+    seconds_merge: float = 0.0
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return "last"
+
+    def to_json(self) -> dict:
+        value = dataclasses.asdict(self)
+        return value if self.error else {k: v for k, v in value.items() if k != "error"}
+
+
+@dataclass(frozen=True)
+class OwnerEntry(Entry):
+    """The pipeline that writes this target."""
+
+    kind: ClassVar[str] = "pipeline"
+    pipeline: str = ""
+    file: str = ""
+
+    @property
+    def name(self) -> str:
+        return "owner"
+
+    def to_json(self) -> dict:
+        return {"name": self.pipeline, "file": self.file}
+
+    @classmethod
+    def from_json(cls, name: str, value: dict) -> "OwnerEntry":
+        return cls(pipeline=value.get("name", ""), file=value.get("file", ""))
+
+
+KINDS: dict[str, type[Entry]] = {c.kind: c for c in (SplitEntry, TableEntry, CaptureEntry,
+                                                     RunEntry, OwnerEntry)}
+
+
 @dataclass
 class Checkpoint:
-    entries: dict[tuple[str, str], dict] = field(default_factory=dict)
+    """The newest entry of every (kind, name), typed."""
 
-    def get(self, kind: str, name: str) -> dict | None:
-        return self.entries.get((kind, name))
+    entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
 
-    def of_kind(self, kind: str) -> dict[str, dict]:
-        return {name: value for (k, name), value in self.entries.items() if k == kind}
+    def add(self, entry: Entry) -> None:
+        self.entries[(entry.kind, entry.name)] = entry
 
-    def splits(self, source_table: str) -> list[dict]:
-        prefix = f"{source_table}#"
-        found = [v for name, v in self.of_kind("split").items() if name.startswith(prefix)]
-        return sorted(found, key=lambda s: s["split_id"])
+    @property
+    def capture(self) -> CaptureEntry | None:
+        return self.entries.get(("capture", "binlog"))  # type: ignore[return-value]
+
+    @property
+    def owner(self) -> OwnerEntry | None:
+        return self.entries.get(("pipeline", "owner"))  # type: ignore[return-value]
+
+    @property
+    def last_run(self) -> RunEntry | None:
+        return self.entries.get(("run", "last"))  # type: ignore[return-value]
+
+    def table(self, name: str) -> TableEntry | None:
+        return self.entries.get(("table", name))  # type: ignore[return-value]
+
+    def all_splits(self) -> list[SplitEntry]:
+        return [e for (kind, _), e in self.entries.items() if kind == "split"]  # type: ignore[misc]
+
+    def splits(self, source_table: str) -> list[SplitEntry]:
+        found = [s for s in self.all_splits() if s.source_table == source_table]
+        return sorted(found, key=lambda s: s.split_id)
 
 
 def check_owner(checkpoint: Checkpoint, pipeline_name: str, root: str) -> None:
     """Refuse a target that another pipeline writes: their checkpoints would overwrite
     each other's offsets and splits."""
-    owner = checkpoint.get("pipeline", "owner")
-    if owner and owner["name"] != pipeline_name:
-        raise StateError(f"target {root} belongs to pipeline `{owner['name']}` (from "
-                         f"{owner.get('file') or 'an unknown file'}), and this is pipeline "
+    owner = checkpoint.owner
+    if owner and owner.pipeline != pipeline_name:
+        raise StateError(f"target {root} belongs to pipeline `{owner.pipeline}` (from "
+                         f"{owner.file or 'an unknown file'}), and this is pipeline "
                          f"`{pipeline_name}`: two pipelines on one target would overwrite each "
                          f"other's state. Give each pipeline its own target.path (or, if this "
                          f"is the same pipeline renamed, use its old name)")
 
 
+def decode_rows(rows: Iterable[dict]) -> Checkpoint:
+    """State rows (kind, name, value, seq) to a checkpoint; entries of unknown kinds are kept
+    out (a newer cdc-sql's)."""
+    checkpoint = Checkpoint()
+    for row in sorted(rows, key=lambda r: r["seq"]):
+        kind = KINDS.get(row["kind"])
+        if kind is not None:
+            checkpoint.add(kind.from_json(row["name"], json.loads(row["value"])))
+    return checkpoint
+
+
 class State:
-    def __init__(self, engine, root: str):
-        self.engine = engine
-        self.path = f"{root}/_state/checkpoint"
+    """The checkpoint table of one lake: load it, append entries to it, compact it."""
+
+    def __init__(self, lake):
+        self.lake = lake
+        self.path = lake.state_path
         self.run_id = uuid.uuid4().hex[:12]
         self._last_seq = 0
         self._lock = threading.Lock()
 
     def load(self) -> Checkpoint:
-        checkpoint = Checkpoint()
-        if not self.engine.exists(self.path):
-            return checkpoint
-        rows = self.engine.read_arrow(self.path, ["kind", "name", "value", "seq"]).to_pylist()
-        for row in sorted(rows, key=lambda r: r["seq"]):
-            checkpoint.entries[(row["kind"], row["name"])] = json.loads(row["value"])
-        return checkpoint
+        if not self.lake.tables.exists(self.path):
+            return Checkpoint()
+        return decode_rows(self.lake.tables.read_arrow(
+            self.path, ["kind", "name", "value", "seq"]).to_pylist())
 
-    def write(self, *entries: tuple[str, str, dict]) -> None:
+    def write(self, *entries: Entry) -> None:
         """Append entries in one commit; `seq` orders them across runs and threads."""
-        import datetime as dt
-
         if not entries:
             return
         now = dt.datetime.now(dt.timezone.utc)
         rows = []
         with self._lock:  # snapshot readers report splits from several threads
-            for kind, name, value in entries:
+            for entry in entries:
                 self._last_seq = max(time.time_ns(), self._last_seq + 1)
-                rows.append({"kind": kind, "name": name, "value": json.dumps(value, sort_keys=True),
+                rows.append({"kind": entry.kind, "name": entry.name,
+                             "value": json.dumps(entry.to_json(), sort_keys=True),
                              "seq": self._last_seq, "run_id": self.run_id, "written_at": now})
         table = pa.Table.from_pylist(rows, schema=STATE_SCHEMA)
-        self.engine.append_arrow(self.path, table.to_batches(), STATE_SCHEMA)
+        self.lake.tables.append_arrow(self.path, table.to_batches(), STATE_SCHEMA)
 
     def compact(self) -> int:
         """Rewrite the log to its newest entry per (kind, name), in one commit; returns the
         entries dropped. Loads read the whole log, so this keeps them fast (maintain)."""
-        if not self.engine.exists(self.path):
+        if not self.lake.tables.exists(self.path):
             return 0
-        table = self.engine.read_arrow(self.path)
+        table = self.lake.tables.read_arrow(self.path)
         newest: dict[tuple[str, str], dict] = {}
         for row in sorted(table.to_pylist(), key=lambda r: r["seq"]):
             newest[(row["kind"], row["name"])] = row
         kept = pa.Table.from_pylist(sorted(newest.values(), key=lambda r: r["seq"]),
                                     schema=STATE_SCHEMA)
-        self.engine.overwrite_arrow(self.path, kept, STATE_SCHEMA)
+        self.lake.tables.overwrite_arrow(self.path, kept, STATE_SCHEMA)
         return table.num_rows - kept.num_rows
-

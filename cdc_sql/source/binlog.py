@@ -1,41 +1,66 @@
-"""The binlog reader: row events of the captured tables, grouped into whole transactions.
+"""The binlog reader: the captured tables' row changes, typed, transaction by transaction.
 
-Each change carries its offset (binlog file sequence, end position of its row event, row index),
-its operation (c insert, u update, d delete) and full before/after images, normalized per column
-(values.normalize) and written as text (values.encode). An UPDATE that changes the key becomes a
-delete of the old key and an insert of the new one at the same offset.
+Events come from binlog_protocol.py (one replication connection, by position); table maps and
+other event bodies are parsed by binlog_events.py, row images decoded into per-table builders by
+rows.py (compiled where it was built). The reader yields at every transaction boundary, and in
+the middle of a transaction once its builders hold `part_rows` row changes: the caller lands
+what the builders hold (`take()`), so memory follows `part_rows`, never a transaction's size.
 
-The events themselves come from binlog_stream.py: python-mysql-replication driven by plain
-file/position (`is_mariadb=False` works on MariaDB; with True it ignores log_file/log_pos), its
-reconnect loop bounded, parsing in a child process so it runs beside the work done here.
+Offsets: a row change's offset is (binlog file sequence, end position of its rows event, row
+index in the event); a DDL statement's, (file sequence, end position of its query event, 0).
+`position` is the last transaction boundary read, where a new reader may start.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from pymysqlreplication.constants import NONE_SOURCE
+import pyarrow as pa
 
 from cdc_sql.errors import SourceError, is_transient
+from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import ddl, mysql
-from cdc_sql.source.binlog_stream import StreamError, raw_events, raw_events_in_child
-from cdc_sql.source.gtid import GtidWatermarks
+from cdc_sql.source.binlog_protocol import BinlogStream, StreamError
+from cdc_sql.source.charsets import Charsets, ServerConverter
+from cdc_sql.source.gtid import GtidWatermarks, MariaGtidState
 from cdc_sql.source.offsets import Offset, Position, file_sequence
+from cdc_sql.source.rows import DecodeError, TableDecoder, table_decoder
 from cdc_sql.source.schema import SourceTable
-from cdc_sql.source.values import encode, text_encoder
 
 log = logging.getLogger(__name__)
 _UTC = dt.timezone.utc
+STATEMENTS_SCHEMA = pa.schema([
+    ("offset", pa.string()), ("db", pa.string()), ("tbl", pa.string()), ("op", pa.string()),
+    ("statement", pa.string()), ("commit_ts", pa.timestamp("us", tz="UTC")),
+    ("gtid", pa.string()),
+])
+_UNSUPPORTED = {
+    ev.MYSQL_TRANSACTION_PAYLOAD: "binlog_transaction_compression is on: turn it off on the "
+                                  "source (SET GLOBAL binlog_transaction_compression = OFF)",
+    ev.MYSQL_PARTIAL_UPDATE_ROWS: "binlog_row_value_options=PARTIAL_JSON writes partial JSON "
+                                  "updates: set it to '' on the source",
+    ev.MARIADB_START_ENCRYPTION: "the binlog is encrypted (encrypt_binlog=ON); cdc-sql cannot "
+                                 "read encrypted binlogs",
+}
 
 
 @dataclass
-class Transaction:
-    changes: list[dict] = field(default_factory=list)
-    end: Position | None = None     # where the next transaction starts: a safe resume point
-    gtid: str = ""
-    size: int = 0                   # bytes of row images, for batch bounds
+class Batch:
+    """What the builders held: Arrow batches per source table (db, table), DDL statements."""
+
+    tables: dict[tuple[str, str], list[pa.RecordBatch]] = field(default_factory=dict)
+    statements: list[dict] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(b.num_rows for batches in self.tables.values() for b in batches)
+
+    @property
+    def touched(self) -> list[tuple[str, str]]:
+        return sorted(self.tables)
 
 
 def stream_settings(source) -> dict:
@@ -44,107 +69,218 @@ def stream_settings(source) -> dict:
 
 
 class BinlogReader:
+    """Reads one pass of the binlog from `start` (a transaction boundary) up to `stop_at`.
+
+    `skip`: per source table, the offset up to which bronze already holds its changes (a run
+    that died between its bronze and state commits, or between the parts of a transaction):
+    rows events at or before it are not decoded again."""
+
     def __init__(self, source, tables: list[SourceTable], start: Position,
-                 stop_at: Position | None, blocking: bool = False, connect_attempts: int = 5,
-                 gtid_marks: GtidWatermarks | None = None, parse_in_child: bool = True,
-                 matches=lambda db, table: False):
-        self.source = source
+                 stop_at: Position | None, mariadb: bool, blocking: bool = False,
+                 gtid_marks: GtidWatermarks | None = None, gtid_state: str = "",
+                 matches=lambda db, table: False, skip: dict | None = None,
+                 part_rows: int = 50_000, compiled: bool | None = None):
+        self.source, self.mariadb, self.compiled = source, mariadb, compiled
         self._matches = matches  # does a pipeline table want db.table (a new shard, say)?
         self.schema_changed: list[str] = []  # tables a DDL changed: the pass ended after it
         self.tables = {(t.db, t.name): t for t in tables}
-        self.encoders = {(t.db, t.name): tuple((c.name, text_encoder(c)) for c in t.columns)
-                         for t in tables}
         self.schemas = {t.db for t in tables}
         self.start, self.stop_at = start, stop_at
-        read = raw_events_in_child if parse_in_child else raw_events
-        self.events = read(stream_settings(source), source.server_id, start.file, start.pos,
-                           sorted(self.schemas), blocking, connect_attempts)
+        self.skip = skip or {}
+        self.part_rows = part_rows
         self.position = start  # the last transaction boundary read
+        self.event_position = start  # the end of the last event read
         self.source_time: str | None = None  # commit time of the transaction ending there
         self.gtid_marks = gtid_marks or GtidWatermarks({})
+        self.gtid_state = MariaGtidState.parse(gtid_state)
+        self.in_transaction = False
+        self._file = start.file
+        self._maps: dict[int, TableDecoder | None] = {}
+        self._decoders: dict[bytes, TableDecoder] = {}
+        self._builders: dict[TableDecoder, object] = {}
+        self._statements: list[dict] = []
+        self._gtids: list[str] = []
+        self._gtid = ""
+        self._ctl = None
+        self._charsets: Charsets | None = None
+        self._server_converter: ServerConverter | None = None
+        self._maria_gtid: ev.Gtid | None = None
+        self.stream = BinlogStream(stream_settings(source), source.server_id, start, blocking)
 
     def close(self) -> None:
-        self.events.close()
+        self.stream.close()
+        if self._ctl is not None:
+            self._ctl.close()
 
-    def transactions(self) -> Iterator[Transaction]:
-        """Whole transactions of captured tables; empty ones too, so the position moves."""
-        current = Transaction()
-        previous_end = self.start
+    @property
+    def pending_rows(self) -> int:
+        return sum(b.rows for b in self._builders.values())
+
+    @property
+    def pending_bytes(self) -> int:
+        return sum(b.nbytes for b in self._builders.values())
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read(self) -> Iterator[str]:
+        """Yields "txn" after each transaction (the position moved), "part" inside one whose
+        changes reached `part_rows`; returns at `stop_at`, at the end of a non-blocking read, or
+        after a DDL on a captured table (`schema_changed`)."""
         try:
-            for kind, file, end_pos, ts, payload in self.events:
-                end = Position(file, end_pos)
-                if kind == "rotate":
-                    previous_end = end
-                    continue
-                if kind == "end":
-                    if not current.changes:  # the end of a non-blocking read is a boundary
-                        self.position = max(self.position, end, key=lambda p: p.offset)
-                    break
-                if kind == "gtid":
-                    gtid, mysql_gtid = payload
-                    current = Transaction(gtid=gtid)
-                    if mysql_gtid and self.gtid_marks.pending:
-                        self.gtid_marks.observe(gtid, previous_end)
-                elif kind == "rows":
-                    self._add_rows(current, *payload, file, end_pos, ts)
-                elif kind == "xid" or (kind == "query" and payload[1].strip().upper() == "COMMIT"):
-                    yield self._finish(current, end, ts)
-                    current = Transaction()
-                elif kind == "query" and payload[1].strip().upper() != "BEGIN":
-                    touched = self._captured_in(*payload)
-                    if payload[0] in self.schemas or touched:  # DDL commits by itself
-                        current.changes.append(self._ddl(payload, file, end_pos, ts, touched))
-                    yield self._finish(current, end, ts)
-                    current = Transaction()
-                    if touched:  # the next pass reads with the tables' new definitions
-                        self.schema_changed = sorted(f"{db}.{t}" for db, t in touched)
-                        return
-                previous_end = end
-                if self.stop_at and self.position.offset >= self.stop_at.offset and \
-                        not current.changes and not self.gtid_marks.pending:
+            for event in self.stream:
+                if event.log_pos:
+                    self.event_position = Position(self._file, event.log_pos)
+                kind = self._event(event)
+                if kind == "ddl-stop":
+                    yield "txn"
                     return
+                if kind:
+                    yield kind
+                if not self.in_transaction and self.stop_at and \
+                        self.position.offset >= self.stop_at.offset and \
+                        not self.gtid_marks.pending:
+                    return
+            if not self.in_transaction:  # the end of a non-blocking read is a boundary
+                self.position = max(self.position, self.event_position, key=lambda p: p.offset)
             self.gtid_marks.finish(self.position)
         except StreamError as exc:
-            raise _explain_stream_error(exc.code, exc.message, self.start) from None
+            raise explain_stream_error(exc.code, exc.message, self.start) from None
 
-    def _finish(self, txn: Transaction, end: Position, timestamp: int) -> Transaction:
-        txn.end = end
-        self.position = end
-        self.source_time = dt.datetime.fromtimestamp(timestamp, _UTC).isoformat()
-        return txn
+    def _event(self, event) -> str | None:  # noqa: C901 - one branch per event kind
+        t = event.type
+        if t == ev.ROTATE:
+            self._file = ev.parse_rotate(event.body)[0]
+            if not self.in_transaction:
+                self._maps.clear()  # table ids are not kept across files (a restart)
+            return None
+        if t == ev.TABLE_MAP:
+            self._table_map(event.body)
+        elif t in ev.ROWS_EVENTS:
+            self._rows(event)
+            if self.pending_rows >= self.part_rows:
+                return "part"
+        elif t == ev.MARIADB_GTID:
+            gtid = ev.parse_mariadb_gtid(event.body, event.server_id)
+            self._begin(gtid.text, event)
+            self._maria_gtid = gtid
+            if gtid.standalone:
+                self.in_transaction = True  # the one statement that follows ends it
+        elif t in (ev.MYSQL_GTID, ev.MYSQL_ANONYMOUS_GTID):
+            gtid = ev.parse_mysql_gtid(event.body)
+            if self.gtid_marks.pending and t == ev.MYSQL_GTID:
+                self.gtid_marks.observe(gtid.text, self.position)
+            self._begin(gtid.text if t == ev.MYSQL_GTID else "", event)
+        elif t == ev.XID:
+            return self._commit(event)
+        elif t == ev.QUERY:
+            return self._query(event)
+        elif t in _UNSUPPORTED:
+            raise SourceError(f"cannot read the binlog at {self.event_position}: "
+                              f"{_UNSUPPORTED[t]}")
+        elif t in ev.MARIADB_COMPRESSED_ROWS or t == ev.MARIADB_COMPRESSED_QUERY:
+            raise SourceError(f"cannot read the binlog at {self.event_position}: it holds "
+                              f"compressed events (log_bin_compress=ON); turn it off on the "
+                              f"source")
+        return None
 
-    def _add_rows(self, txn: Transaction, op: str, schema: str, table_name: str, rows,
-                  file: str, pos: int, timestamp: int) -> None:
-        table = self.tables.get((schema, table_name))
-        if table is None:
+    def _begin(self, gtid: str, event) -> None:
+        self._gtid = gtid
+        self.in_transaction = True
+        self._maria_gtid = None
+
+    def _commit(self, event) -> str:
+        self.in_transaction = False
+        self.position = self.event_position
+        self.source_time = dt.datetime.fromtimestamp(event.timestamp, _UTC).isoformat()
+        if self._maria_gtid is not None:
+            self.gtid_state = self.gtid_state.advanced(self._maria_gtid)
+            self._maria_gtid = None
+        return "txn"
+
+    def _query(self, event) -> str | None:
+        query = ev.parse_query(event.body)
+        statement = query.statement.strip()
+        upper = statement[:10].upper()
+        if upper.startswith("BEGIN") or upper.startswith("XA START") or \
+                upper.startswith("XA END") or upper.startswith("SAVEPOINT"):
+            self.in_transaction = True
+            return None
+        if upper.startswith("COMMIT") or upper.startswith("XA COMMIT") or \
+                upper.startswith("XA PREPARE") or upper.startswith("ROLLBACK"):
+            return self._commit(event)
+        # DDL (or another statement logged as a statement): a transaction of its own
+        touched = self._captured_in(query.schema, statement)
+        landed = self.skip.get(("", ""))  # statements bronze already holds
+        if (query.schema in self.schemas or touched) and (
+                landed is None or (file_sequence(self._file), event.log_pos) >
+                (landed.file_seq, landed.pos)):
+            self._statements.append(self._ddl(query, event, touched))
+        result = self._commit(event)
+        if touched:  # the next pass reads with the tables' new definitions
+            self.schema_changed = sorted(f"{db}.{t}" for db, t in touched)
+            return "ddl-stop"
+        return result
+
+    def _table_map(self, body) -> None:
+        key = bytes(body[6:])  # all but the table id
+        tid = ev.table_id(body)
+        decoder = self._decoders.get(key)
+        if decoder is None:
+            table_map = ev.parse_table_map(body, self.mariadb)
+            source_table = self.tables.get((table_map.db, table_map.table))
+            if source_table is None:
+                self._maps[tid] = None
+                return
+            try:
+                with self._cursor() as cur:
+                    if self._charsets is None:
+                        self._charsets = Charsets.read(cur)
+                    decoder = table_decoder(table_map, source_table, self._charsets, cur,
+                                            self._converter())
+            except DecodeError as exc:
+                raise SourceError(f"cannot decode {table_map.db}.{table_map.table} at "
+                                  f"{self.event_position}: {exc}") from None
+            self._decoders[key] = decoder
+        self._maps[tid] = decoder
+
+    def _rows(self, event) -> None:
+        header = ev.parse_rows_header(event.body, event.type)
+        decoder = self._maps.get(header.table_id)
+        if decoder is None:
             return
-        encoders = self.encoders[(schema, table_name)]
-        first = rows[0] if rows else {}
-        names = list((first["values"] if "values" in first else first.get("before_values", {})))
-        if names != [name for name, _ in encoders]:
-            # Written under another definition (a DDL this pass has not reached, or one made
-            # while cdc-sql was stopped): images keep the event's own column names.
-            encoders = _encoders_by_name(dict(encoders), names)
-        commit_ts = dt.datetime.fromtimestamp(timestamp, _UTC)
-        seq = file_sequence(file)
-        def add(offset: str, op_: str, before, after) -> None:
-            txn.changes.append(_change(table, encoders, offset, op_, before, after, commit_ts,
-                                       txn))
+        seq, pos = file_sequence(self._file), event.log_pos
+        skip = self.skip.get((decoder.db, decoder.table))
+        if skip is not None and (seq, pos) <= (skip.file_seq, skip.pos):
+            return  # already in bronze
+        builder = self._builders.get(decoder)
+        if builder is None:
+            builder = self._builders[decoder] = self._new_builder(decoder)
+        if not self._gtids or self._gtids[-1] != self._gtid:
+            self._gtids.append(self._gtid)
+        try:
+            builder.add(event.body, header.start, header.op, seq, pos, event.timestamp,
+                        len(self._gtids) - 1)
+        except DecodeError as exc:
+            raise SourceError(f"cannot decode a row of {decoder.qualified} at binlog "
+                              f"{self._file}:{pos}: {exc}") from None
 
-        for index, row in enumerate(rows):
-            offset = Offset(seq, pos, index).text
-            if op == "c":
-                add(offset, "c", None, _values(row, ""))
-            elif op == "d":
-                add(offset, "d", _values(row, ""), None)
-            else:
-                before, after = _values(row, "before_"), _values(row, "after_")
-                if any(before[k] != after[k] for k in table.key):  # key change: delete + insert
-                    add(offset, "d", before, None)
-                    add(offset, "c", None, after)
-                else:
-                    add(offset, "u", before, after)
+    def _new_builder(self, decoder: TableDecoder):
+        needs_source = any(c.text is not None and c.text.kind == "server"
+                           for c in decoder.columns)
+        return decoder.builder(self.compiled, self._converter() if needs_source else None)
 
+    def take(self) -> Batch:
+        """Everything decoded since the last take(), as Arrow batches; builders start empty."""
+        batch = Batch(statements=self._statements)
+        for decoder, builder in self._builders.items():
+            if builder.rows:
+                batch.tables.setdefault((decoder.db, decoder.table), []).append(
+                    builder.finish(self._gtids))
+        self._builders = {}
+        self._statements = []
+        self._gtids = [self._gtid] if self.in_transaction else []
+        return batch
+
+    # -- DDL -----------------------------------------------------------------------------------
     def _captured_in(self, schema: str, statement: str) -> set[tuple[str, str]]:
         """The captured tables (db, table) a DDL statement may change."""
         named = ddl.touched_tables(statement, schema or "")
@@ -154,55 +290,31 @@ class BinlogReader:
         new_matches = {key for key in named if self._matches(*key) and key not in captured}
         return {captured[key] for key in named if key in captured} | new_matches
 
-    def _ddl(self, payload, file: str, pos: int, timestamp: int,
-             touched: set[tuple[str, str]]) -> dict:
-        schema, statement = payload
-        truncated = len(touched) == 1 and ddl.is_truncate(statement)
-        db, table = next(iter(touched)) if len(touched) == 1 else (schema, "")
-        return {"offset": Offset(file_sequence(file), pos, 0).text, "db": db, "tbl": table,
-                "op": "truncate" if truncated else "ddl", "before": None, "after": None,
-                "commit_ts": dt.datetime.fromtimestamp(timestamp, _UTC), "gtid": "",
-                "statement": statement}
+    def _ddl(self, query: ev.Query, event, touched: set[tuple[str, str]]) -> dict:
+        truncated = len(touched) == 1 and ddl.is_truncate(query.statement)
+        db, table = next(iter(touched)) if len(touched) == 1 else (query.schema, "")
+        return {"offset": Offset(file_sequence(self._file), event.log_pos, 0).text, "db": db,
+                "tbl": table, "op": "truncate" if truncated else "ddl",
+                "statement": query.statement,
+                "commit_ts": dt.datetime.fromtimestamp(event.timestamp, _UTC),
+                "gtid": self._gtid}
+
+    # -- the source, for charsets --------------------------------------------------------------
+    @contextlib.contextmanager
+    def _cursor(self):
+        """A cursor on a second connection to the source (charset tables, conversions)."""
+        if self._ctl is None:
+            self._ctl = mysql.connect(self.source)
+        with self._ctl.cursor() as cur:
+            yield cur
+
+    def _converter(self) -> ServerConverter:
+        if self._server_converter is None:
+            self._server_converter = ServerConverter(self._cursor)
+        return self._server_converter
 
 
-def _encoders_by_name(known: dict, names: list[str]) -> tuple:
-    """Encoders for an event's columns: the table's own where the name is known, else one that
-    goes by the value's Python type."""
-    return tuple((name, known.get(name) or _untyped_text) for name in names)
-
-
-def _untyped_text(value) -> str | None:
-    if isinstance(value, (set, frozenset)):
-        return ",".join(sorted(value))
-    return encode(None, value)
-
-
-def _values(row: dict, image: str) -> dict:
-    """A row image's values; an empty SET, which the library gives as None (telling it apart only
-    in `none_sources`), becomes '' as in a SELECT."""
-    values, nulls = row[f"{image}values"], row.get(f"{image}none_sources")
-    if not nulls:  # the usual case: no NULL at all
-        return values
-    empty = [name for name, why in nulls.items() if why == NONE_SOURCE.EMPTY_SET]
-    return {**values, **dict.fromkeys(empty, "")} if empty else values
-
-
-def _change(table: SourceTable, encoders: tuple, offset: str, op: str, before, after,
-            commit_ts, txn) -> dict:
-    return {"offset": offset, "db": table.db, "tbl": table.name, "op": op,
-            "before": _image(encoders, before, txn), "after": _image(encoders, after, txn),
-            "commit_ts": commit_ts, "gtid": txn.gtid, "statement": None}
-
-
-def _image(encoders: tuple, values: dict | None, txn: Transaction):
-    if values is None:
-        return None
-    image = [(name, encode(values.get(name))) for name, encode in encoders]
-    txn.size += sum(len(v) for _, v in image if v is not None)
-    return image
-
-
-def _explain_stream_error(code, message: str, start: Position) -> SourceError:
+def explain_stream_error(code, message: str, start) -> SourceError:
     if code == 1236:  # ER_MASTER_FATAL_ERROR_READING_BINLOG: purged, or bad position
         return SourceError(f"the source cannot send its binlog from {start}: {message}. If that "
                            f"binlog was purged, the changes since are lost to this pipeline: raise "

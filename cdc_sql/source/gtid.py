@@ -55,3 +55,28 @@ class GtidWatermarks:
         for name in list(self.pending):
             self.resolved[name] = end
             del self.pending[name]
+
+
+@dataclass(frozen=True)
+class MariaGtidState:
+    """A MariaDB GTID position (`gtid_binlog_pos` form, `0-1-100,1-2-5`): the last GTID of
+    every replication domain. A transaction with a later GTID of a domain is after it."""
+
+    last: tuple[tuple[int, int, int], ...] = ()  # (domain, server_id, seq), by domain
+
+    @classmethod
+    def parse(cls, text: str) -> "MariaGtidState":
+        found = {}
+        for part in filter(None, (p.strip() for p in (text or "").split(","))):
+            domain, server, seq = (int(x) for x in part.split("-"))
+            found[domain] = (domain, server, seq)
+        return cls(tuple(found[d] for d in sorted(found)))
+
+    def advanced(self, gtid) -> "MariaGtidState":
+        """The state after a transaction with `gtid` (binlog_events.Gtid) committed."""
+        found = {d: (d, s, n) for d, s, n in self.last}
+        found[gtid.domain] = (gtid.domain, gtid.server_id, gtid.seq)
+        return MariaGtidState(tuple(found[d] for d in sorted(found)))
+
+    def __str__(self) -> str:
+        return ",".join(f"{d}-{s}-{n}" for d, s, n in self.last)

@@ -1,5 +1,6 @@
-"""What `validate` tells before a first run: whether the binlog outlives the snapshot, and the
-grants the source user needs.
+"""What the source must offer before anything is written, checked by `validate` and by every
+run: the tables and keys the pipeline names, binlog settings, grants, a free server_id; and what
+`validate` tells besides: whether the binlog outlives the snapshot, and the grants to give.
 
 The snapshot reads every table first; the binlog is read from the lowest split watermark only
 after it. Binlog files the server purges in between are lost changes, so the retention must
@@ -7,14 +8,111 @@ cover the snapshot's duration, with room for a failed run to be retried.
 """
 from __future__ import annotations
 
+import datetime as dt
 import time
+from dataclasses import dataclass, field
 
+import pymysql
+
+from cdc_sql.errors import SourceError
 from cdc_sql.source import mysql
-from cdc_sql.source.schema import SourceTable
+from cdc_sql.source.offsets import Position
+from cdc_sql.source.schema import SourceTable, read_tables
 from cdc_sql.source.splits import mysql_quote
+from cdc_sql.source.watermarks import binary_log_status
 
 RETRY_ROOM_SECONDS = 3600  # a killed or failed snapshot run restarted within the hour
 SAMPLE_ROWS = 20_000
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class SourceView:
+    """What the source told us at the start of a run."""
+
+    mariadb: bool
+    tables: list[list[SourceTable]]   # per pipeline table, the source tables it matches
+    end: Position                     # the binlog end when the run started
+    first_binlog: Position
+    warnings: list[str] = field(default_factory=list)
+    end_seen_at: str = field(default_factory=now)  # when `end` was read
+
+    @property
+    def source_tables(self) -> list[SourceTable]:
+        return [t for tables in self.tables for t in tables]
+
+
+def inspect_source(pipeline) -> SourceView:
+    """Everything `validate` checks against a live source; raises with what to fix."""
+    with mysql.cursor(pipeline.source) as cur:
+        mariadb = mysql.is_mariadb(cur)
+        warnings = check_binlog_settings(cur, pipeline.source.startup)
+        if pipeline.source.startup != "snapshot-only":
+            warnings += check_replication_access(cur, pipeline.source, mariadb)
+        tables = [read_tables(cur, spec) for spec in pipeline.tables]
+        end, _ = binary_log_status(cur)
+        cur.execute("SHOW BINARY LOGS")
+        first_binlog = Position(cur.fetchone()[0], 4)
+        if not mariadb:
+            cur.execute("SELECT @@global.gtid_mode")
+            if str(cur.fetchone()[0]).upper() != "ON":
+                warnings.append("MySQL source without gtid_mode=ON: snapshot watermarks are "
+                                "binlog positions, which group commit can make unsafe under "
+                                "heavy writes; turn GTIDs on for exact watermarks")
+    return SourceView(mariadb, tables, end, first_binlog, warnings)
+
+
+def check_binlog_settings(cur, startup: str) -> list[str]:
+    found = mysql.variables(cur, "log_bin", "binlog_format", "binlog_row_image",
+                            "binlog_row_metadata")
+    needed = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL"}
+    wrong = [f"{name}={found.get(name, 'unset')} (needs {value})"
+             for name, value in needed.items() if found.get(name, "").upper() != value]
+    if wrong and startup != "snapshot-only":
+        raise SourceError("the source's binlog cannot feed CDC: " + ", ".join(wrong) +
+                          ". Start the server with --log-bin --binlog-format=ROW "
+                          "--binlog-row-image=FULL --binlog-row-metadata=FULL")
+    if found.get("binlog_row_metadata", "FULL").upper() != "FULL":
+        return ["binlog_row_metadata is not FULL: column names come from the current schema, "
+                "which is wrong for events written before a column change"]
+    return []
+
+
+def check_replication_access(cur, source, mariadb: bool) -> list[str]:
+    """Grants for reading the binlog, and no other replica using our server_id."""
+    monitor = monitor_privilege(mariadb)
+    grant = binlog_grant(source.user, mariadb)
+    try:
+        cur.execute("SHOW MASTER STATUS")
+        cur.fetchall()
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] == 1227:
+            raise SourceError(f"user {source.user} cannot read the binlog position (needs "
+                              f"{monitor}); grant what cdc-sql needs: {grant}") from None
+        raise
+    cur.execute("SHOW GRANTS")
+    statements = [row[0].upper() for row in cur.fetchall()]  # never shown: they hold hashes
+    via_roles = any(s.startswith("GRANT `") and " ON " not in s for s in statements)
+    if not via_roles and not any("REPLICATION SLAVE" in s or "ALL PRIVILEGES ON *.*" in s
+                                 for s in statements):
+        raise SourceError(f"user {source.user} lacks REPLICATION SLAVE, needed to read the "
+                          f"binlog; grant what cdc-sql needs: {grant}")
+    try:
+        cur.execute("SHOW SLAVE HOSTS")
+        hosts = cur.fetchall()
+    except pymysql.err.OperationalError:
+        return ["cannot list the source's replicas (needs REPLICATION MASTER ADMIN on MariaDB, "
+                "REPLICATION SLAVE on MySQL), so source.server_id was not checked for clashes"]
+    for row in hosts:
+        if int(row[0]) == source.server_id:
+            raise SourceError(
+                f"source.server_id {source.server_id} is already used by a replica of the source "
+                f"(host {row[1] or 'unknown'}); two binlog clients with one server_id cut each "
+                f"other off: give each pipeline its own server_id")
+    return []
 
 
 def retention_seconds(found: dict[str, str]) -> int | None:

@@ -1,10 +1,31 @@
-"""Source tables, their columns, keys, and the MySQL -> Spark type mapping (DESIGN section 4)."""
+"""Source tables, their columns, keys, and the MySQL -> Spark type mapping (docs/types.md)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from cdc_sql.errors import SourceError
+
+KEY_TEXT_PREFIX = "_cdc_key_"
+_ARROW = {"BYTE": pa.int8(), "SHORT": pa.int16(), "INT": pa.int32(), "LONG": pa.int64(),
+          "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "STRING": pa.string(),
+          "BINARY": pa.binary(), "DATE": pa.date32(), "TIMESTAMP_NTZ": pa.timestamp("us"),
+          "TIMESTAMP": pa.timestamp("us", tz="UTC")}
+
+
+def arrow_type(spark_type: str) -> pa.DataType:
+    """The Arrow type of a contract (Spark) type."""
+    if spark_type.startswith("DECIMAL("):
+        precision, scale = spark_type[8:-1].split(",")
+        return pa.decimal128(int(precision), int(scale))
+    return _ARROW[spark_type]
+
+
+def key_text_name(column: str) -> str:
+    """The column holding a temporal key column's MySQL text."""
+    return KEY_TEXT_PREFIX + column
 
 
 @dataclass(frozen=True)
@@ -19,7 +40,7 @@ class Column:
 
     @property
     def unsigned(self) -> bool:
-        return "unsigned" in self.column_type
+        return "unsigned" in self.column_type.lower()
 
     @property
     def spark_type(self) -> str:
@@ -43,6 +64,20 @@ class SourceTable:
     @property
     def qualified(self) -> str:
         return f"{self.db}.{self.name}"
+
+    @property
+    def key_text_columns(self) -> tuple[Column, ...]:
+        """Key columns of temporal types: silver matches them by their MySQL text as well
+        (`_cdc_key_<name>`), since zero dates are NULL in the typed column."""
+        return tuple(c for c in self.columns if c.name in self.key and
+                     c.data_type in ("date", "datetime", "timestamp"))
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """A row in contract types, then the text of its temporal key columns."""
+        return pa.schema([pa.field(c.name, arrow_type(c.spark_type)) for c in self.columns] +
+                         [pa.field(key_text_name(c.name), pa.string())
+                          for c in self.key_text_columns])
 
     def column(self, name: str) -> Column:
         for column in self.columns:
@@ -103,7 +138,7 @@ def read_table(cur, db: str, name: str, declared_key: list[str] | tuple[str, ...
     if not rows:
         raise SourceError(f"table {db}.{name} does not exist on the source")
     columns = tuple(
-        Column(n, dt.lower(), ct.lower(), _int(p), _int(s), _int(f), _int(length))
+        Column(n, dt.lower(), ct, _int(p), _int(s), _int(f), _int(length))
         for n, dt, ct, p, s, f, length, _ in rows
     )
     nullable = {n for n, *_, is_null in rows if is_null == "YES"}

@@ -23,9 +23,9 @@ import pymysql.converters
 
 from cdc_sql.errors import SourceError, is_transient
 from cdc_sql.source import mysql
-from cdc_sql.source.schema import Column, SourceTable
+from cdc_sql.source.schema import Column, SourceTable, key_text_name
 from cdc_sql.source.splits import Split, mysql_quote
-from cdc_sql.source.values import arrow_type, normalize
+from cdc_sql.source.values import normalize
 from cdc_sql.source.watermarks import Watermark, begin_snapshot
 
 _TEMPORAL = {"date", "datetime", "timestamp"}
@@ -43,10 +43,6 @@ class SplitRead:
     watermark: Watermark
     batches: Iterator[pa.RecordBatch]
     reader: str
-
-
-def arrow_schema(table: SourceTable) -> pa.Schema:
-    return pa.schema([pa.field(c.name, arrow_type(c)) for c in table.columns])
 
 
 def native_supported(table: SourceTable) -> bool:
@@ -78,8 +74,10 @@ def _select_sql(table: SourceTable, split: Split, native: bool) -> tuple[str, li
     as literals escaped by pymysql."""
     predicate, args = split.where([mysql_quote(k) for k in table.key],
                                   literal=_literal if native else None)
-    columns = ", ".join(_select_item(c) if native else mysql_quote(c.name) for c in table.columns)
-    return (f"SELECT {columns} FROM {mysql_quote(table.db)}.{mysql_quote(table.name)} "
+    items = [_select_item(c) if native else mysql_quote(c.name) for c in table.columns]
+    items += [f"CAST({mysql_quote(c.name)} AS CHAR) AS {mysql_quote(key_text_name(c.name))}"
+              for c in table.key_text_columns]  # zero dates stay unique in the key
+    return (f"SELECT {', '.join(items)} FROM {mysql_quote(table.db)}.{mysql_quote(table.name)} "
             f"WHERE {predicate}"), args
 
 
@@ -89,9 +87,9 @@ def _select_item(column: Column) -> str:
     name = mysql_quote(column.name)
     if column.data_type in _AS_TEXT or column.spark_type == "DECIMAL(20,0)":
         return f"CAST({name} AS CHAR) AS {name}"
-    if column.data_type in _TEMPORAL:  # zero and partly-zero dates are NULL (DESIGN 4)
-        return (f"IF(YEAR({name}) = 0 OR MONTH({name}) = 0 OR DAYOFMONTH({name}) = 0, NULL, "
-                f"{name}) AS {name}")
+    if column.data_type in _TEMPORAL:  # zero, partly-zero and invalid dates are NULL
+        return (f"IF(YEAR({name}) = 0 OR MONTH({name}) = 0 OR DAYOFMONTH({name}) = 0 OR "
+                f"DAYOFMONTH({name}) > DAYOFMONTH(LAST_DAY({name})), NULL, {name}) AS {name}")
     return name
 
 
@@ -122,7 +120,7 @@ def _read_native(source, table: SourceTable, split: Split, mariadb: bool,
 
 def _restore(stream, table: SourceTable) -> Iterator[pa.RecordBatch]:
     """Cast what connectorx returns to the contract's Arrow types."""
-    schema = arrow_schema(table)
+    schema = table.arrow_schema
     for batch in stream:
         arrays = [pc.cast(batch.column(i), field.type) for i, field in enumerate(schema)]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -162,14 +160,15 @@ def _read_pymysql(source, table: SourceTable, split: Split, mariadb: bool,
 
 
 def _batches(conn, cur, table: SourceTable, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    schema = arrow_schema(table)
-    columns = table.columns
+    schema = table.arrow_schema
+    columns = list(table.columns) + [None] * len(table.key_text_columns)
     try:
         while True:
             rows = cur.fetchmany(batch_rows)
             if not rows:
                 break
-            arrays = [pa.array([normalize(column, row[i]) for row in rows], type=field.type)
+            arrays = [pa.array([normalize(column, row[i]) if column else row[i] for row in rows],
+                               type=field.type)
                       for i, (column, field) in enumerate(zip(columns, schema))]
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
         conn.commit()

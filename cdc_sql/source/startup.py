@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import (GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent,
-                                      XidEvent)
+from contextlib import contextmanager
 
 from cdc_sql.errors import SourceError
+from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import mysql
+from cdc_sql.source.binlog import explain_stream_error, stream_settings
+from cdc_sql.source.binlog_protocol import BinlogStream, StreamError
 from cdc_sql.source.offsets import Position
 
 
@@ -73,43 +74,46 @@ def timestamp_position(source, when: dt.datetime) -> Position:
     return Position(last_file, last_size)  # nothing that late yet: start at the end
 
 
-def _stream(source, file: str):
-    from cdc_sql.source.binlog import stream_settings
-    from cdc_sql.source.binlog_stream import bounded_connect
-
-    return BinLogStreamReader(
-        connection_settings=stream_settings(source), server_id=source.server_id,
-        log_file=file, log_pos=4, resume_stream=True, blocking=False,
-        only_events=[QueryEvent, XidEvent, GtidEvent, MariadbGtidEvent, RotateEvent],
-        pymysql_wrapper=bounded_connect(3, 0.5))
+@contextmanager
+def _events(source, file: str):
+    """The events of one binlog file (and what follows it), as the server sends them."""
+    start = Position(file, 4)
+    try:
+        stream = BinlogStream(stream_settings(source), source.server_id, start)
+    except StreamError as exc:
+        raise explain_stream_error(exc.code, exc.message, start) from None
+    try:
+        yield stream
+    except StreamError as exc:
+        raise explain_stream_error(exc.code, exc.message, start) from None
+    finally:
+        stream.close()
 
 
 def _first_event_time(source, file: str) -> float:
-    stream = _stream(source, file)
-    try:
+    with _events(source, file) as stream:
         for event in stream:
-            if event.timestamp and not isinstance(event, RotateEvent):
+            if event.timestamp and event.type not in (ev.ROTATE, ev.FORMAT_DESCRIPTION):
                 return event.timestamp
-        return float("inf")
-    finally:
-        stream.close()
+    return float("inf")
 
 
 def _first_transaction_at(source, file: str, target: float) -> Position | None:
     """The start of the first transaction in `file` committed at or after `target`."""
-    stream = _stream(source, file)
     previous_end = Position(file, 4)
-    try:
+    current = file
+    with _events(source, file) as stream:
         for event in stream:
-            if stream.log_file != file:
-                return None
-            if isinstance(event, RotateEvent):
+            if event.type == ev.ROTATE:
+                current = ev.parse_rotate(event.body)[0]
+                if current != file:
+                    return None
                 continue
-            if isinstance(event, (GtidEvent, MariadbGtidEvent)) and event.timestamp >= target:
+            if event.type in (ev.MARIADB_GTID, ev.MYSQL_GTID, ev.MYSQL_ANONYMOUS_GTID) and \
+                    event.timestamp >= target:
                 return previous_end
-            if isinstance(event, XidEvent) or (isinstance(event, QueryEvent) and
-                                               event.query.strip().upper() != "BEGIN"):
-                previous_end = Position(file, event.packet.log_pos)  # a transaction ends here
-        return None
-    finally:
-        stream.close()
+            if event.type == ev.XID or (event.type == ev.QUERY and
+                                        ev.parse_query(event.body).statement.strip().upper()
+                                        not in ("BEGIN", "")):
+                previous_end = Position(file, event.log_pos)  # a transaction ends here
+    return None

@@ -1,37 +1,18 @@
-"""One normal form per type, whether a value came from a snapshot SELECT or from the binlog.
+"""The contract's value of a column from what pymysql returns for it (docs/types.md).
 
-`normalize` turns what pymysql or python-mysql-replication returned into the Python value of the
-column's Spark type (DESIGN section 4 lists where the two paths differ). Snapshot rows then go to
-Arrow as they are; binlog images travel through bronze as text (`encode`) and are cast back in
-Spark SQL (`decode_sql`), so a value reads the same whichever way it came.
+Used where rows are read with pymysql: the snapshot's pymysql reader and `verify`. Binlog rows
+are decoded straight into contract values by rows.py; connectorx rows are cast by snapshot.py.
 """
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import decimal
 import json
 
-import pyarrow as pa
-
 from cdc_sql.source.schema import GEOMETRY_TYPES, Column
 
 _EPOCH = dt.datetime(1970, 1, 1)
-
 _WIDE = decimal.Context(prec=100)  # DECIMAL(65,30) needs more than the default 28 digits
-_ARROW = {
-    "BYTE": pa.int8(), "SHORT": pa.int16(), "INT": pa.int32(), "LONG": pa.int64(),
-    "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "STRING": pa.string(), "BINARY": pa.binary(),
-    "DATE": pa.date32(), "TIMESTAMP_NTZ": pa.timestamp("us"), "TIMESTAMP": pa.timestamp("us", tz="UTC"),
-}
-
-
-def arrow_type(column: Column) -> pa.DataType:
-    t = column.spark_type
-    if t.startswith("DECIMAL("):
-        return pa.decimal128(column.precision if column.data_type == "decimal" else 20,
-                             column.scale if column.data_type == "decimal" else 0)
-    return _ARROW[t]
 
 
 def normalize(column: Column, value):
@@ -63,9 +44,8 @@ def normalize(column: Column, value):
         return _temporal(t, value)
     if t == "time":
         return _time_text(value, column.fsp or 0)
-    if t == "set":
-        members = value if isinstance(value, (set, frozenset)) else set(value.split(",")) - {""}
-        return ",".join(m for m in column.set_members if m in members)
+    if t == "set" and isinstance(value, (set, frozenset)):
+        return ",".join(m for m in column.set_members if m in value)
     if t in ("char",) and isinstance(value, str):
         return value.rstrip(" ")
     if t == "json" and not isinstance(value, str):
@@ -73,12 +53,12 @@ def normalize(column: Column, value):
     if t in ("float",):
         return float(value)
     if isinstance(value, bytes) and column.spark_type == "STRING":
-        return value.decode("utf-8", errors="surrogateescape")
+        return value.decode("utf-8", errors="replace")
     return value
 
 
 def _temporal(t: str, value):
-    if isinstance(value, str):  # pymysql gives zero dates ('0000-00-00') back as text
+    if isinstance(value, str):  # pymysql gives zero and invalid dates ('0000-00-00') as text
         return None
     if t == "date":
         return value if not isinstance(value, dt.datetime) else value.date()
@@ -98,58 +78,3 @@ def _time_text(value, fsp: int) -> str:
     seconds, fraction = divmod(micros, 1_000_000)
     text = f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
     return text + (f".{fraction:06d}"[: fsp + 1] if fsp else "")
-
-
-def encode(column: Column, value) -> str | None:
-    """Text form of a canonical value, for the bronze binlog images."""
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, dt.datetime):
-        text = value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
-        return text + "+00:00" if value.tzinfo else text
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return str(value)
-
-
-def text_encoder(column: Column):
-    """`encode(column, normalize(column, v))` as one function, fused for the common types.
-
-    The binlog reader calls this once per value, so it is the hot path of capture.
-    """
-    t, spark = column.data_type, column.spark_type
-
-    def generic(value):
-        return encode(column, normalize(column, value))
-
-    if t in ("tinyint", "smallint", "mediumint", "int", "bigint", "year") and spark != "DECIMAL(20,0)":
-        return lambda v: None if v is None else str(v)
-    if t in ("varchar", "tinytext", "text", "mediumtext", "longtext", "enum"):
-        return lambda v: v if v is None or isinstance(v, str) else generic(v)
-    if t == "double":
-        return lambda v: None if v is None else repr(v)
-    if t == "decimal" and column.precision <= 38:
-        return lambda v: None if v is None else format(v, "f")
-    if t == "datetime":
-        return lambda v: v.isoformat(" ", "microseconds") if isinstance(v, dt.datetime) else None
-    if t == "timestamp":
-        def timestamp(v):
-            if not isinstance(v, dt.datetime) or v == _EPOCH:
-                return None
-            return v.isoformat(" ", "microseconds") + "+00:00"
-        return timestamp
-    return generic
-
-
-def decode_sql(column: Column, text_sql: str) -> str:
-    """Spark SQL turning the bronze text `text_sql` back into the column's Spark type."""
-    t = column.spark_type
-    if t == "BINARY":
-        return f"unbase64({text_sql})"
-    if t == "STRING":
-        return text_sql
-    return f"CAST({text_sql} AS {t})"

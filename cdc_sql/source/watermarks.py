@@ -79,3 +79,10 @@ def begin_snapshot(cur, mariadb: bool) -> Watermark:
     # was written to the binlog; group commit may not have made the last ones visible yet.
     cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     return Watermark(position, exact=False)
+
+
+def gtid_position(cur, position: Position) -> str:
+    """MariaDB's GTID position at a binlog position (`domain-server-seq,...`), or ''."""
+    cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
+    row = cur.fetchone()
+    return str(row[0] or "") if row else ""

@@ -6,7 +6,7 @@ SELECT
   d.watermark AS _cdc_offset,
   'r' AS _cdc_op,
   b._cdc_read_at AS _cdc_ts,
-  {{ source_table }} AS _cdc_source_table,
+  :source_table AS _cdc_source_table,
   FALSE AS _cdc_deleted
 FROM {{ bronze_snapshot }} AS b
 JOIN {{ done_splits }} AS d

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from chispa import assert_df_equality
 
-from cdc_sql.lake.silver import silver_path
+from cdc_sql.lake.lake import Lake
 from cdc_sql.pipeline import Runner
 
 
@@ -23,7 +23,22 @@ def state_log(root) -> list[tuple[str, str, dict]]:
 
 
 def run(pipeline, engine) -> dict:
-    return Runner(pipeline, engine).run(until_caught_up=True)
+    return Runner(pipeline, engine).run(until_caught_up=True).to_json()
+
+
+def silver_path(pipeline, name: str) -> str:
+    return Lake(None, str(pipeline.root), None).silver_path(name)
+
+
+def history_path(pipeline, name: str) -> str:
+    return Lake(None, str(pipeline.root), None).history_path(name)
+
+
+def checkpoint(engine, pipeline):
+    """The pipeline's checkpoint, typed (lake/state.py)."""
+    from cdc_sql.lake.state import State
+
+    return State(Lake.open(engine, str(pipeline.root))).load()
 
 
 def source_rows(mariadb, sql: str) -> list[tuple]:
@@ -32,7 +47,7 @@ def source_rows(mariadb, sql: str) -> list[tuple]:
 
 def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, key: str = "id"):
     """Silver (engine columns dropped) equals the rows `source_sql` returns from MariaDB."""
-    silver = engine.read(silver_path(str(pipeline.root), name))
+    silver = engine.read(silver_path(pipeline, name))
     columns = [c for c in silver.columns if not c.startswith("_cdc_")]
     silver = silver.select(*columns).orderBy(key)
     schema = silver.schema

@@ -11,9 +11,9 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_sql.devdb import PASSWORD, USER, MariaDB
-from cdc_sql.lake.bronze import binlog_path
-from cdc_sql.source.offsets import Offset, file_sequence
-from tests.integration.helpers import assert_silver_equals, run
+from cdc_sql.lake.lake import Lake
+from cdc_sql.source.offsets import Offset, Position, file_sequence
+from tests.integration.helpers import assert_silver_equals, checkpoint, run, state_log
 from tests.integration.test_crash import cli
 
 pytestmark = pytest.mark.integration
@@ -44,36 +44,49 @@ def source_offsets(mariadb, db: str, table: str, after: str) -> list[str]:
     return sorted(offsets)
 
 
+def changes_path(root, db: str, table: str) -> str:
+    return Lake(None, str(root), None).changes_path(db, table)
+
+
 def bronze_offsets(root, db: str, table: str) -> list[str]:
-    rows = DeltaTable(binlog_path(str(root))).to_pyarrow_table(
-        columns=["offset", "db", "tbl"]).to_pylist()
-    return sorted(r["offset"] for r in rows if r["db"] == db and r["tbl"] == table)
+    rows = DeltaTable(changes_path(root, db, table)).to_pyarrow_table(
+        columns=["_cdc_offset"]).to_pylist()
+    return sorted(r["_cdc_offset"] for r in rows)
 
 
-def test_long_transaction_spanning_batches_lands_whole(mariadb, database, engine, make_pipeline):
+def test_a_transaction_larger_than_a_batch_lands_in_parts_and_reaches_silver_whole(
+        mariadb, database, engine, make_pipeline):
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)",
                     "INSERT INTO t SELECT seq, 0 FROM seq_1_to_3000", db=database)
     pipeline = make_pipeline(f"- name: t\n  source: {database}.t", binlog_batch_rows=100)
     start = binlog_end(mariadb)  # nothing is written until the snapshot's watermark
     run(pipeline, engine)
+    before = binlog_end(mariadb)
     mariadb.execute("START TRANSACTION", "UPDATE t SET v = 1", "DELETE FROM t WHERE id <= 50",
                     "COMMIT", db=database)
+    after = binlog_end(mariadb)
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         cur.executemany("UPDATE t SET v = v + 1 WHERE id = %s", [(i,) for i in range(51, 351)])
     run(pipeline, engine)
-    table = DeltaTable(binlog_path(str(pipeline.root)))
-    seen: dict[str, int] = {}
+    path = changes_path(pipeline.root, database, "t")
+    commits: dict[str, set[int]] = {}  # gtid -> bronze versions holding its rows
     previous: set[str] = set()
-    for version in range(table.version() + 1):
-        rows = DeltaTable(binlog_path(str(pipeline.root)), version=version).to_pyarrow_table(
-            columns=["offset", "gtid"]).to_pylist()
-        new = {(r["offset"], r["gtid"]) for r in rows} - previous
-        previous |= new
-        for gtid in {g for _, g in new}:
-            assert gtid not in seen, f"transaction {gtid} split across commits"
-            seen[gtid] = version
-    long_txn = [g for g in seen if sum(1 for _, x in previous if x == g) == 3050]
-    assert len(long_txn) == 1  # 3000 updates and 50 deletes, one commit, more than 100 rows
+    for version in range(DeltaTable(path).version() + 1):
+        rows = DeltaTable(path, version=version).to_pyarrow_table(
+            columns=["_cdc_offset", "_cdc_gtid"]).to_pylist()
+        for r in rows:
+            if r["_cdc_offset"] not in previous:
+                commits.setdefault(r["_cdc_gtid"], set()).add(version)
+        previous |= {r["_cdc_offset"] for r in rows}
+    sizes = {g: sum(1 for o in bronze_offsets(pipeline.root, database, "t")
+                    if before < o < after) for g in commits}
+    # 3050 changes in parts of at least 100 (a part closes after the rows event crossing it)
+    assert max(len(v) for v in commits.values()) >= 5
+    assert sum(1 for v in commits.values() if len(v) > 1) == 1, sizes
+    # Capture never recorded a position inside the large transaction: silver saw it whole.
+    positions = [Position.parse(value["position"]).offset.text
+                 for kind, _, value in state_log(pipeline.root) if kind == "capture"]
+    assert not [p for p in positions if before < p < after]
     assert bronze_offsets(pipeline.root, database, "t") == \
         source_offsets(mariadb, database, "t", start)
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
@@ -123,8 +136,6 @@ def private_source(server: MariaDB, tmp_path: Path) -> Path:
 
 def test_idle_table_moves_its_applied_offset_without_a_merge(mariadb, database, engine,
                                                              make_pipeline):
-    from cdc_sql.lake.state import State
-
     mariadb.execute("CREATE TABLE quiet (id INT PRIMARY KEY)", "INSERT INTO quiet VALUES (1)",
                     "CREATE TABLE busy (id INT PRIMARY KEY, n INT)",
                     "INSERT INTO busy VALUES (1, 0)", db=database)
@@ -134,11 +145,9 @@ def test_idle_table_moves_its_applied_offset_without_a_merge(mariadb, database, 
     versions = DeltaTable(f"{pipeline.root}/silver/quiet").version()
     mariadb.execute("UPDATE busy SET n = n + 1", db=database)
     run(pipeline, engine)
-    checkpoint = State(engine, str(pipeline.root)).load()
-    position = checkpoint.get("capture", "binlog")["position"]
-    from cdc_sql.source.offsets import Position
-    assert checkpoint.get("table", "quiet")["applied"] == Position.parse(position).offset.text
-    assert checkpoint.get("table", "busy")["applied"] == checkpoint.get("table", "quiet")["applied"]
+    state = checkpoint(engine, pipeline)
+    assert state.table("quiet").applied == state.capture.offset
+    assert state.table("busy").applied == state.table("quiet").applied
     assert DeltaTable(f"{pipeline.root}/silver/quiet").version() == versions  # no MERGE
     assert_silver_equals(engine, pipeline, "busy", mariadb, f"SELECT * FROM {database}.busy")
 
@@ -149,7 +158,8 @@ def test_ddl_statements_are_captured(mariadb, database, engine, make_pipeline):
     run(pipeline, engine)
     mariadb.execute("ALTER TABLE t ADD COLUMN note VARCHAR(10)", db=database)
     run(pipeline, engine)
-    rows = DeltaTable(binlog_path(str(pipeline.root))).to_pyarrow_table().to_pylist()
+    statements = Lake(None, str(pipeline.root), None).statements_path
+    rows = DeltaTable(statements).to_pyarrow_table().to_pylist()
     ddl = [r for r in rows if r["op"] == "ddl" and r["db"] == database]
     assert [r["statement"] for r in ddl] == ["ALTER TABLE t ADD COLUMN note VARCHAR(10)"]
 
@@ -214,28 +224,43 @@ def test_follow_mode_outlives_a_source_restart(engine, tmp_path):
         assert "running again in" in message
         pipeline = load_pipeline(file)
         assert_silver_equals(engine, pipeline, "t", server, "SELECT * FROM d.t")
-def test_binlog_parser_child_dies_with_its_parent(mariadb, tmp_path):
-    """An orphaned parser would keep our server_id and cut off the next run's stream."""
-    import subprocess
-    import sys
 
-    script = tmp_path / "parent.py"
-    script.write_text(
-        "import sys, time\n"
-        "from cdc_sql.source.binlog_stream import raw_events_in_child\n"
-        f"events = raw_events_in_child({{'host': '127.0.0.1', 'port': {mariadb.port}, "
-        f"'user': '{USER}', 'password': '{PASSWORD}'}}, 4711, "
-        f"'{mariadb.query('SHOW MASTER STATUS')[0][0]}', 4, [], True)\n"
-        "next(events)\nprint('reading', flush=True)\ntime.sleep(600)\n")
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE)
-    assert parent.stdout.readline().strip() == b"reading"
-    children = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True,
-                              text=True).stdout.split()
-    assert len(children) == 1
-    parent.kill()  # SIGKILL the parent alone, not its process group
-    parent.wait()
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{children[0]}") and \
-            open(f"/proc/{children[0]}/stat").read().split()[2] != "Z":
-        assert time.monotonic() < deadline, "the parser outlived its parent"
-        time.sleep(0.05)
+
+def test_kills_between_the_parts_of_a_large_transaction_write_nothing_twice(
+        mariadb, database, engine, make_pipeline):
+    """A transaction of 12,000 changes lands in parts of about 500; the run is killed after
+    the 1st, 5th and 9th part's bronze commit (and again after a resumed run's first part), and
+    every next run resumes inside the transaction: bronze ends with every change exactly once,
+    silver never saw the transaction half done, and equals the source."""
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT, w VARCHAR(20))",
+                    "INSERT INTO t SELECT seq, 0, 'x' FROM seq_1_to_6000", db=database)
+    other = "CREATE TABLE u (id INT PRIMARY KEY, v INT)"
+    mariadb.execute(other, "INSERT INTO u VALUES (1, 0)", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t\n- name: u\n  source: {database}.u",
+                             binlog_batch_rows=500)
+    start = binlog_end(mariadb)
+    run(pipeline, engine)
+    before = binlog_end(mariadb)
+    mariadb.execute("START TRANSACTION", "UPDATE t SET v = v + 1, w = 'first'",
+                    "UPDATE u SET v = 1", "UPDATE t SET v = v + 1, w = 'second'", "COMMIT",
+                    db=database)
+    after = binlog_end(mariadb)
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": PASSWORD}
+    for nth in (1, 5, 9, 1):
+        process = cli(pipeline, {**env, "CDC_SQL_KILL_AT": f"bronze.appended@{nth}"})
+        process.wait(timeout=120)
+        assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+        entries = [v for kind, _, v in state_log(pipeline.root) if kind == "capture"]
+        assert entries[-1]["landing"], "a part was landing when the run died"
+        positions = [Position.parse(v["position"]).offset.text for v in entries]
+        assert not [p for p in positions if before < p < after]
+        applied = [v["applied"] for kind, _, v in state_log(pipeline.root) if kind == "table"]
+        assert not [a for a in applied if before < a < after]  # silver: all or nothing
+    run(pipeline, engine)
+    assert bronze_offsets(pipeline.root, database, "t") == \
+        source_offsets(mariadb, database, "t", start)
+    assert bronze_offsets(pipeline.root, database, "u") == \
+        source_offsets(mariadb, database, "u", start)
+    assert checkpoint(engine, pipeline).capture.landing == []
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
+    assert_silver_equals(engine, pipeline, "u", mariadb, f"SELECT * FROM {database}.u")

@@ -80,10 +80,9 @@ def test_sigkill_mid_snapshot_rereads_only_unfinished_splits(mariadb, database, 
     after = done_splits(pipeline.root)
     assert len(after) == 30
     assert {name: after[name] for name in before} == before  # finished splits were not re-read
-    from cdc_sql.lake.bronze import snapshot_path
-    from cdc_sql.source.schema import SourceTable
+    from cdc_sql.lake.lake import Lake
 
-    attempts = engine.read(snapshot_path(str(pipeline.root), SourceTable(database, "items", (), ())))\
+    attempts = engine.read(Lake(None, str(pipeline.root), None).snapshot_path(database, "items"))\
         .select("_cdc_split_id", "_cdc_attempt").distinct().collect()
     assert sorted(a for _, a in attempts) == sorted(after.values())  # no rows of killed attempts
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")

@@ -1,9 +1,8 @@
 """One table end to end against a real MariaDB: snapshot, binlog, silver by MERGE."""
 import pytest
 
-from cdc_sql.lake.state import State
 from cdc_sql.verify import compare_table
-from tests.integration.helpers import assert_silver_equals, run
+from tests.integration.helpers import assert_silver_equals, checkpoint, run
 
 pytestmark = pytest.mark.integration
 
@@ -24,11 +23,11 @@ def seed(mariadb, db, n=2500):
 
 
 @pytest.fixture(params=["delta-rs", "spark"])
-def writer_engine(request, engine):
-    """The engine with each way of landing Arrow data in Delta (remote engines use spark)."""
-    engine.arrow_writer, saved = request.param, engine.arrow_writer
+def writer_engine(request, engine, monkeypatch):
+    """The engine with each implementation of the table operations (remote engines use
+    Spark SQL for all of them: lake/tables.py)."""
+    monkeypatch.setattr("cdc_sql.lake.tables.choose", lambda mode, path: request.param)
     yield engine
-    engine.arrow_writer = saved
 
 
 def test_snapshot_then_changes_match_the_source(mariadb, database, writer_engine, make_pipeline):
@@ -62,14 +61,14 @@ def test_second_run_reads_only_new_changes(mariadb, database, engine, make_pipel
     seed(mariadb, database, n=3000)
     pipeline = make_pipeline(f"- name: orders\n  source: {database}.orders")
     run(pipeline, engine)
-    splits_before = State(engine, str(pipeline.root)).load().of_kind("split")
+    splits_before = checkpoint(engine, pipeline).all_splits()
     assert len(splits_before) == 3  # chunk_size 1000
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         cur.executemany("UPDATE orders SET amount = %s WHERE id = %s",
                         [(i, i) for i in range(1, 1001)])
     summary = run(pipeline, engine)
     assert summary["captured_changes"] == 1000
-    assert State(engine, str(pipeline.root)).load().of_kind("split") == splits_before
+    assert checkpoint(engine, pipeline).all_splits() == splits_before
     assert run(pipeline, engine)["captured_changes"] == 0
     assert_silver_equals(engine, pipeline, "orders", mariadb, f"SELECT * FROM {database}.orders")
 
@@ -121,7 +120,7 @@ def test_snapshot_only_reads_the_table_once(mariadb, database, engine, make_pipe
                              startup="snapshot-only")
     run(pipeline, engine)
     assert_silver_equals(engine, pipeline, "orders", mariadb, f"SELECT * FROM {database}.orders")
-    assert not State(engine, str(pipeline.root)).load().get("capture", "binlog")
+    assert checkpoint(engine, pipeline).capture is None
 
 
 def test_table_without_primary_key_uses_unique_not_null_key(mariadb, database, engine,

@@ -14,8 +14,7 @@ from collections import defaultdict
 import pytest
 
 from cdc_sql import faults
-from cdc_sql.lake.silver import history_path, silver_path
-from tests.integration.helpers import assert_silver_equals, run
+from tests.integration.helpers import assert_silver_equals, history_path, run, silver_path
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -45,7 +44,7 @@ def audit_trail(mariadb, database) -> dict[int, list]:
 def history_trail(engine, pipeline) -> dict[int, list]:
     """The same shape, read from the history table: a version whose end is not where the next
     one starts was ended by a delete."""
-    rows = engine.read(history_path(str(pipeline.root), "items")).select(
+    rows = engine.read(history_path(pipeline, "items")).select(
         "id", "v", "n", "_cdc_valid_from", "_cdc_valid_to").collect()
     versions = defaultdict(list)
     for row in rows:
@@ -101,12 +100,12 @@ def test_history_is_the_tail_of_the_source_trail_through_kills(mariadb, database
     for key, tokens in history.items():
         assert tokens == audit[key][-len(tokens):], (
             f"history of id {key} is not the source's: {tokens} vs {audit[key]}\n" + "\n".join(
-                map(str, engine.read(history_path(str(pipeline.root), "items")).where(f"id = {key}")
+                map(str, engine.read(history_path(pipeline, "items")).where(f"id = {key}")
                     .orderBy("_cdc_valid_from").collect())))
         changed += len(tokens) > 1
     assert changed > 100  # the writer's changes are in history, not only the snapshot
-    current = engine.read(history_path(str(pipeline.root), "items")).where("_cdc_current") \
+    current = engine.read(history_path(pipeline, "items")).where("_cdc_current") \
         .select("id", "v", "n").orderBy("id").collect()
-    silver = engine.read(silver_path(str(pipeline.root), "items")).select("id", "v", "n") \
+    silver = engine.read(silver_path(pipeline, "items")).select("id", "v", "n") \
         .orderBy("id").collect()
     assert current == silver

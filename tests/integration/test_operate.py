@@ -5,10 +5,9 @@ import pytest
 from chispa import assert_df_equality
 
 from cdc_sql.errors import StateError
-from cdc_sql.lake.silver import silver_path
 from cdc_sql.maintain import maintain
 from cdc_sql.verify import compare_table
-from tests.integration.helpers import run, state_log
+from tests.integration.helpers import run, silver_path, state_log
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +26,7 @@ def _files(path) -> set[str]:
 
 
 def _silver(engine, pipeline):
-    return engine.read(silver_path(str(pipeline.root), "o")).orderBy("id")
+    return engine.read(silver_path(pipeline, "o")).orderBy("id")
 
 
 def test_maintain_prunes_and_compacts_without_changing_silver(
@@ -48,9 +47,9 @@ def test_maintain_prunes_and_compacts_without_changing_silver(
     assert_df_equality(_silver(engine, pipeline),
                        engine.spark.createDataFrame(before, _silver(engine, pipeline).schema),
                        ignore_nullable=True)
-    assert report["pruned"][f"{root}/bronze/_binlog"] > 0
+    assert report["pruned"][f"{root}/bronze/_changes/{orders}.o"] > 0
     assert report["pruned"][f"{root}/bronze/_snapshot/{orders}.o"] == 3000
-    assert engine.read(f"{root}/bronze/_binlog").count() == 0  # every change was applied
+    assert engine.read(f"{root}/bronze/_changes/{orders}.o").count() == 0  # all applied
     assert engine.read(f"{root}/bronze/_snapshot/{orders}.o").count() == 0
     left = _files(root / "bronze")
     assert bronze_files - left and len(left) < len(bronze_files)  # pruned files left the disk
@@ -69,7 +68,7 @@ def test_a_silver_table_changed_by_hand_is_reported_not_merged_over(
     pipeline = make_pipeline(f"- name: o\n  source: {orders}.o")
     run(pipeline, engine)
     maintain(engine, pipeline, retention_hours=1000)  # compaction alone is not a change
-    path = silver_path(str(pipeline.root), "o")
+    path = silver_path(pipeline, "o")
     ours = DeltaTable(path).version()
     engine.spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 5").collect()
     mariadb.execute("UPDATE o SET amount = 0 WHERE id = 6", db=orders)
@@ -98,7 +97,7 @@ def test_maintain_keeps_bronze_inside_the_retention(orders, mariadb, make_pipeli
     run(pipeline, engine)
     report = maintain(engine, pipeline)  # target.retention_hours: 168 by default
     assert set(report["pruned"].values()) == {0}
-    assert engine.read(f"{pipeline.root}/bronze/_binlog").count() == 50
+    assert engine.read(f"{pipeline.root}/bronze/_changes/{orders}.o").count() == 50
     assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
 
 
@@ -120,15 +119,15 @@ def _last_merge_metrics(path):
 
 def test_silver_files_hold_key_ranges_so_a_merge_rewrites_only_its_files(
         mariadb, database, make_pipeline, engine, monkeypatch):
-    from cdc_sql import engine as engines
+    from cdc_sql.lake import tables
 
-    monkeypatch.setattr(engines, "TARGET_FILE_BYTES", 96 * 1024)
+    monkeypatch.setattr(tables, "TARGET_FILE_BYTES", 96 * 1024)
     mariadb.execute("CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(40))",
                     "INSERT INTO big SELECT seq, MD5(seq) FROM seq_1_to_60000", db=database)
     pipeline = make_pipeline(f"- name: big\n  source: {database}.big\n  history: true",
                              chunk_size=5000)
     run(pipeline, engine)
-    path = silver_path(str(pipeline.root), "big")
+    path = silver_path(pipeline, "big")
     files = _key_ranges(path)
     assert len(files) >= 4
     assert all(high < low for (_, high), (low, _) in zip(files, files[1:]))  # disjoint ranges
@@ -137,13 +136,13 @@ def test_silver_files_hold_key_ranges_so_a_merge_rewrites_only_its_files(
     metrics = _last_merge_metrics(path)
     assert metrics["numTargetFilesRemoved"] == 1 and metrics["numTargetRowsUpdated"] == 301
     compacted = []  # (path, compact): silver and history are clustered, not bin-packed after
-    compact_and_vacuum = engine.compact_and_vacuum
+    compact_and_vacuum = tables.DeltaRsTables.compact_and_vacuum
 
-    def recorded(table, hours, compact=True):
+    def recorded(self, table, hours, compact=True):
         compacted.append((table, compact))
-        return compact_and_vacuum(table, hours, compact)
+        return compact_and_vacuum(self, table, hours, compact)
 
-    monkeypatch.setattr(engine, "compact_and_vacuum", recorded)
+    monkeypatch.setattr(tables.DeltaRsTables, "compact_and_vacuum", recorded)
     assert maintain(engine, pipeline, retention_hours=1000)["skipped"] == []
     assert {p: c for p, c in compacted if "/silver/" in p} == {path: False,
                                                                 f"{path}_history": False}

@@ -8,15 +8,14 @@ each with writes before and after the DDL in the same run.
 import pytest
 
 from cdc_sql.errors import SourceError
-from cdc_sql.lake.silver import history_path, silver_path
 from cdc_sql.verify import compare_table
-from tests.integration.helpers import run
+from tests.integration.helpers import history_path, run, silver_path
 
 pytestmark = pytest.mark.integration
 
 
 def silver(engine, pipeline, name: str, columns: list[str]) -> list[tuple]:
-    rows = engine.read(silver_path(str(pipeline.root), name)).select(*columns).orderBy(columns[0])
+    rows = engine.read(silver_path(pipeline, name)).select(*columns).orderBy(columns[0])
     return [tuple(r) for r in rows.collect()]
 
 
@@ -67,7 +66,7 @@ def test_add_drop_rename_modify_truncate_between_writes(mariadb, database, engin
     run(pipeline, engine)
     assert silver(engine, pipeline, "items", columns) == source(
         mariadb, database, "SELECT id, label, n, d, c FROM {db}.items ORDER BY id")
-    history = engine.read(history_path(str(pipeline.root), "items"))
+    history = engine.read(history_path(pipeline, "items"))
     assert {"label", "c", "b"} <= set(history.columns)
     current = [tuple(r) for r in history.where("_cdc_current").select(*columns).orderBy("id").collect()]
     assert current == silver(engine, pipeline, "items", columns)
@@ -79,7 +78,7 @@ def test_add_drop_rename_modify_truncate_between_writes(mariadb, database, engin
     assert silver(engine, pipeline, "items", columns) == source(
         mariadb, database, "SELECT id, label, n, d, c FROM {db}.items ORDER BY id")
     assert [r[0] for r in silver(engine, pipeline, "items", columns)] == [201]
-    history = engine.read(history_path(str(pipeline.root), "items"))
+    history = engine.read(history_path(pipeline, "items"))
     assert [r.id for r in history.where("_cdc_current").collect()] == [201]
     ended = history.where("id = 12 AND NOT _cdc_current").orderBy("_cdc_valid_from").collect()[-1]
     assert ended._cdc_valid_to is not None and ended._cdc_valid_to_ts is not None

@@ -8,7 +8,7 @@ import sys
 import pytest
 from chispa import assert_df_equality
 
-from cdc_sql.lake.bronze import snapshot_path
+from cdc_sql.lake.lake import Lake
 from cdc_sql.source.schema import SourceTable
 from tests.integration.helpers import assert_silver_equals, run, state_log
 from tests.integration.writer import RandomWriter
@@ -26,7 +26,7 @@ def items(mariadb, database):
 
 
 def _bronze_rows(engine, pipeline, database):
-    path = snapshot_path(str(pipeline.root), SourceTable(database, "items", (), ()))
+    path = Lake(None, str(pipeline.root), None).snapshot_path(database, "items")
     return engine.read(path).drop("_cdc_attempt", "_cdc_read_at", "_cdc_watermark") \
         .orderBy("id")
 

@@ -4,8 +4,7 @@ import time
 import pytest
 
 from cdc_sql.errors import ConfigError, SourceError
-from cdc_sql.lake.state import State
-from tests.integration.helpers import run
+from tests.integration.helpers import checkpoint, run
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +46,7 @@ def test_offset_outside_the_binlog_is_a_clear_error(table, engine, make_pipeline
                              startup_offset="binlog.999999:4")
     with pytest.raises(SourceError, match="binlog file binlog.999999 is not on the server"):
         run(pipeline, engine)
-    assert not State(engine, str(pipeline.root)).load().get("capture", "binlog")
+    assert checkpoint(engine, pipeline).capture is None
 
 
 def test_timestamp_starts_at_the_first_transaction_committed_then(mariadb, table, engine,

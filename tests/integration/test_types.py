@@ -10,10 +10,8 @@ import struct
 import pytest
 
 from cdc_sql.devdb import MariaDB
-from cdc_sql.lake.silver import silver_path
-from cdc_sql.lake.state import State
 from cdc_sql.verify import verify_table
-from tests.integration.helpers import run
+from tests.integration.helpers import checkpoint, run, silver_path
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +113,7 @@ def test_every_type_round_trips_through_snapshot_binlog_insert_and_update(
     run(pipeline, engine)  # ids 11-14 by binlog insert, 21-24 by binlog update (24: to NULLs)
     source = mariadb.query(
         f"SELECT id, {', '.join(SOURCE_SQL.get(n, n) for n in NAMES)} FROM {database}.t ORDER BY id")
-    silver = engine.read(silver_path(str(pipeline.root), "t")) \
+    silver = engine.read(silver_path(pipeline, "t")) \
         .selectExpr("id", *(SILVER_SQL.get(n, n) for n in NAMES)).orderBy("id").collect()
     assert [row[0] for row in source] == [row[0] for row in silver] == \
         [1, 2, 3, 4, 11, 12, 13, 14, 21, 22, 23, 24]
@@ -126,5 +124,5 @@ def test_every_type_round_trips_through_snapshot_binlog_insert_and_update(
     assert not differences, "\n".join(map(repr, differences[:20]))
     assert source[0][NAMES.index("js") + 1] == "null" and source[3][NAMES.index("js") + 1] is None
     report = verify_table(engine, pipeline, pipeline.tables[0],
-                          State(engine, str(pipeline.root)).load())
+                          checkpoint(engine, pipeline))
     assert report.equal, report.summary()  # verify's checksums agree on every type too

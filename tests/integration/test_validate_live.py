@@ -5,7 +5,7 @@ import pytest
 
 from cdc_sql.cli import main
 from cdc_sql.errors import SourceError
-from cdc_sql.pipeline import inspect_source
+from cdc_sql.source.preflight import inspect_source
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ def test_valid_pipeline(orders, make_pipeline, capsys):
     pipeline = make_pipeline(f"- name: o\n  source: {orders}.orders\n"
                              f"  projection: SELECT id, amount FROM orders")
     view = inspect_source(pipeline)
-    assert view.mariadb and view.plans[0].key == ("id",)
+    assert view.mariadb and view.tables[0][0].key == ("id",)
     import os
     os.environ["TEST_MYSQL_PASSWORD"] = "cdc-secret"
     assert main(["validate", pipeline.file]) == 0
@@ -30,7 +30,7 @@ def test_valid_pipeline(orders, make_pipeline, capsys):
 
 def test_a_declared_key_for_a_table_without_one(orders, make_pipeline):
     declared = make_pipeline(f"- name: o\n  source: {orders}.nokey\n  primary_key: [a]")
-    assert inspect_source(declared).plans[0].key == ("a",)
+    assert inspect_source(declared).tables[0][0].key == ("a",)
 
 
 def test_binlog_row_image_must_be_full(orders, make_pipeline, mariadb):

@@ -2,9 +2,8 @@
 and a change no binlog event carries (sql_log_bin=0) is found and named by its key."""
 import pytest
 
-from cdc_sql.lake.state import State
 from cdc_sql.verify import verify_table
-from tests.integration.helpers import run
+from tests.integration.helpers import checkpoint, run
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +20,7 @@ ROW = ("(%s, -128, 18446744073709551615, -12.5, 1.000000000000000000000000000001
 
 def _report(engine, pipeline, name=None):
     table = pipeline.table(name) if name else pipeline.tables[0]
-    return verify_table(engine, pipeline, table, State(engine, str(pipeline.root)).load())
+    return verify_table(engine, pipeline, table, checkpoint(engine, pipeline))
 
 
 def test_every_type_family_checksums_equal_and_one_changed_value_is_named(

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cdc_sql.config.model import Table
 from cdc_sql.lake import bronze
-from cdc_sql.lake.silver import (history_path, merge_batch, merge_snapshot, plan_silver,
-                                 silver_path)
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.silver import merge_window, plan_silver
+from cdc_sql.planner import Window
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.schema import Column, SourceTable
 
@@ -32,10 +33,10 @@ TS = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
 
 @pytest.fixture
-def new_root(tmp_path_factory):
-    """A fresh lake root per call (a hypothesis example each), under pytest's temp base, which
+def new_lake(tmp_path_factory, engine):
+    """A fresh lake per call (a hypothesis example each), under pytest's temp base, which
     keeps only the last few sessions."""
-    return lambda: str(tmp_path_factory.mktemp("lake"))
+    return lambda: Lake.open(engine, str(tmp_path_factory.mktemp("lake")))
 
 
 def offset(txn: int, row: int) -> str:
@@ -93,29 +94,28 @@ def states(initial, txns):
     return out
 
 
-def image(key, value):
-    """Images name columns in table order, except some (as after a schema change), so that
-    both ways of reading them, by position and by name, are under test."""
-    pairs = [("id", str(key)), ("v", value)]
-    return pairs[::-1] if value == "b" else pairs
-
-
 def binlog_rows(txns, after_txn: int) -> list[dict]:
-    """Bronze rows for transactions after `after_txn` (capture starts at the lowest watermark)."""
+    """Bronze change rows for transactions after `after_txn` (capture starts at the lowest
+    watermark): the after-image, a delete's before-image."""
     rows = []
     for i, txn in enumerate(txns):
         if i <= after_txn:
             continue
         for j, (op, key, new, value) in enumerate(txn):
-            base = {"db": "db", "tbl": "t", "commit_ts": TS, "gtid": "", "statement": None,
-                    "txn_end": f"binlog.000001:{1000 + 100 * i + 99}", "offset": offset(i, j)}
+            base = {"_cdc_offset": offset(i, j), "_cdc_ts": TS, "_cdc_gtid": f"0-1-{i}"}
             if op == "k":  # a key change is a delete and an insert at the same offset
-                rows.append({**base, "op": "d", "before": image(key, value), "after": None})
-                rows.append({**base, "op": "c", "before": None, "after": image(new, value)})
+                rows.append({**base, "id": key, "v": value, "_cdc_op": "d"})
+                rows.append({**base, "id": new, "v": value, "_cdc_op": "c"})
             else:
-                rows.append({**base, "op": op, "before": image(key, value) if op != "c" else None,
-                             "after": image(key, value) if op != "d" else None})
+                rows.append({**base, "id": key, "v": value, "_cdc_op": op})
     return rows
+
+
+def land_changes(lake, rows: list[dict]) -> None:
+    bronze.ensure_changes_table(lake, TABLE)
+    if rows:
+        schema = bronze.changes_schema(TABLE)
+        bronze.append_changes(lake, TABLE, pa.Table.from_pylist(rows, schema).to_batches())
 
 
 def versions(initial, txns, marks, reads, bounds, upto: int, kept=lambda v: True) -> list[tuple]:
@@ -151,7 +151,7 @@ def versions(initial, txns, marks, reads, bounds, upto: int, kept=lambda v: True
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), history=histories())
-def test_silver_equals_model_after_every_batch(engine, new_root, data, history):
+def test_silver_equals_model_after_every_batch(engine, new_lake, data, history):
     initial, txns = history
     model = states(initial, txns)
     last = len(txns) - 1
@@ -162,18 +162,18 @@ def test_silver_equals_model_after_every_batch(engine, new_root, data, history):
     # a reader outside the watermark's snapshot (connectorx) may see later transactions: each
     # split's rows are the table as of a read point at or after its watermark
     reads = [data.draw(st.integers(mark, last)) for mark in marks]
-    root = new_root()
-    bronze.ensure_snapshot_table(engine, root, TABLE)
+    lake = new_lake()
+    bronze.ensure_snapshot_table(lake, TABLE)
     for split_id, ((lo, hi), mark, read) in enumerate(zip(bounds, marks, reads)):
         rows = sorted((k, v) for k, v in model[read].items() if lo <= k < hi)
         batch = pa.RecordBatch.from_arrays(
             [pa.array([k for k, _ in rows], pa.int32()), pa.array([v for _, v in rows])],
             names=["id", "v"])
-        bronze.write_split(engine, root, TABLE, [batch], split_id, "a1", boundary(mark), TS)
+        bronze.write_split(lake, TABLE, [batch], split_id, "a1", boundary(mark), TS)
         # an abandoned attempt's rows must never count
-        bronze.write_split(engine, root, TABLE, [batch], split_id, "stale", boundary(-1), TS)
-    bronze.ensure_binlog_table(engine, root)
-    bronze.append_changes(engine, root, binlog_rows(txns, min(marks)))
+        bronze.write_split(lake, TABLE, [batch], split_id, "stale", boundary(-1), TS)
+    bronze.ensure_statements_table(lake)
+    land_changes(lake, binlog_rows(txns, min(marks)))
     # sometimes a projection whose WHERE leaves rows out (and takes them in again)
     where = data.draw(st.sampled_from(["", " WHERE v <> 'c'"]))
     kept = (lambda v: v != "c") if where else (lambda v: True)
@@ -182,16 +182,17 @@ def test_silver_equals_model_after_every_batch(engine, new_root, data, history):
                        [TABLE], "prop.yaml", 0)
     silver_only = plan_silver(Table(name="t", source="db.t", projection=projection), [TABLE],
                               "prop.yaml", 0)
-    done = {"db.t": [(i, "a1", boundary(mark)) for i, mark in enumerate(marks)]}
+    done = {"db.t": tuple((i, "a1", boundary(mark)) for i, mark in enumerate(marks))}
 
     def expected_silver(u):
         return {k: v for k, v in model[u].items() if kept(v)}
 
     def merge(plan, applied, u):
         if applied:
-            merge_batch(engine, root, plan, applied, boundary(u))
+            merge_window(lake, plan, Window(applied, boundary(u)))
         else:  # the first batch: history starts past every read
-            merge_snapshot(engine, root, plan, boundary(u), done, history_start)
+            merge_window(lake, plan, Window("", boundary(u), done, first=True,
+                                            history_start=history_start))
 
     # batch bounds: the first past every read (as the pipeline waits for history), then random
     # steps to the end
@@ -207,28 +208,30 @@ def test_silver_equals_model_after_every_batch(engine, new_root, data, history):
             # a crash after the MERGE, then a rerun with a wider window, as a restart would do
             merge(plan, applied, last)
             u = last
-            assert_silver(engine, root, expected_silver(u))
-            assert_history(engine, root, versions(initial, txns, marks, reads, bounds, u, kept))
+            assert_silver(lake, expected_silver(u))
+            assert_history(lake, versions(initial, txns, marks, reads, bounds, u, kept))
             break
         applied = boundary(u)
-        assert_silver(engine, root, expected_silver(u))
-        assert_history(engine, root, versions(initial, txns, marks, reads, bounds, u, kept))
+        assert_silver(lake, expected_silver(u))
+        assert_history(lake, versions(initial, txns, marks, reads, bounds, u, kept))
 
 
-def assert_silver(engine, root, expected: dict[int, str]):
-    silver = engine.read(silver_path(root, "t")).select("id", "v").orderBy("id")
+def assert_silver(lake, expected: dict[int, str]):
+    engine = lake.engine
+    silver = engine.read(lake.silver_path("t")).select("id", "v").orderBy("id")
     want = engine.spark.createDataFrame(sorted(expected.items()), silver.schema).orderBy("id")
     assert_df_equality(silver, want, ignore_nullable=True)
 
 
-def assert_history(engine, root, expected: list[tuple]):
-    history = engine.read(history_path(root, "t"))
+def assert_history(lake, expected: list[tuple]):
+    engine = lake.engine
+    history = engine.read(lake.history_path("t"))
     got = history.select("id", "v", "_cdc_valid_from", "_cdc_valid_to").orderBy(
         "id", "_cdc_valid_from")
     want = engine.spark.createDataFrame(expected, got.schema).orderBy("id", "_cdc_valid_from")
     assert_df_equality(got, want, ignore_nullable=True)
     current = history.where("_cdc_current").select("id", "v").orderBy("id")
-    silver = engine.read(silver_path(root, "t")).select("id", "v").orderBy("id")
+    silver = engine.read(lake.silver_path("t")).select("id", "v").orderBy("id")
     assert_df_equality(current, silver, ignore_nullable=True)
     assert history.where("_cdc_current <> (_cdc_valid_to IS NULL)").count() == 0
 
@@ -239,46 +242,50 @@ def test_model_sanity():
     assert len(list(itertools.chain(binlog_rows(txns, -1)))) == 3
 
 
-def test_an_older_window_never_overwrites_a_newer_row(engine, new_root):
+def first_window(upto: str, splits) -> Window:
+    return Window("", upto, {"db.t": tuple(splits)}, first=True)
+
+
+def test_an_older_window_never_overwrites_a_newer_row(engine, new_lake):
     """The offset guard: replaying an old window (e.g. a second, late run) keeps newer rows."""
-    root = new_root()
+    lake = new_lake()
     txns = [[("u", 1, 1, "old")], [("u", 1, 1, "new")]]  # over the snapshot {1: s1, 2: s2}
-    bronze.ensure_snapshot_table(engine, root, TABLE)
+    bronze.ensure_snapshot_table(lake, TABLE)
     batch = pa.RecordBatch.from_arrays([pa.array([1, 2], pa.int32()), pa.array(["s1", "s2"])],
                                        names=["id", "v"])
-    bronze.write_split(engine, root, TABLE, [batch], 0, "a1", boundary(-1), TS)
-    bronze.append_changes(engine, root, binlog_rows(txns, -1))
+    bronze.write_split(lake, TABLE, [batch], 0, "a1", boundary(-1), TS)
+    bronze.ensure_statements_table(lake)
+    land_changes(lake, binlog_rows(txns, -1))
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
-    merge_snapshot(engine, root, plan, boundary(0), {"db.t": [(0, "a1", boundary(-1))]})
-    merge_batch(engine, root, plan, boundary(0), boundary(1))
-    merge_snapshot(engine, root, plan, boundary(0), {"db.t": [(0, "a1", boundary(-1))]})  # stale replay
-    assert_silver(engine, root, {1: "new", 2: "s2"})
+    merge_window(lake, plan, first_window(boundary(0), [(0, "a1", boundary(-1))]))
+    merge_window(lake, plan, Window(boundary(0), boundary(1)))
+    merge_window(lake, plan, first_window(boundary(0), [(0, "a1", boundary(-1))]))  # stale replay
+    assert_silver(lake, {1: "new", 2: "s2"})
 
 
-def test_the_first_batch_writes_snapshot_rows_and_merges_only_changes(engine, new_root):
+def test_the_first_batch_writes_snapshot_rows_and_merges_only_changes(engine, new_lake):
     """The first batch's MERGE source is the binlog changes alone (the snapshot rows go into
     silver by the append that creates it): a 10M-row first batch must not push every row
     through the last-change-per-key join (3.4 GB on Sail, against 1.7 GB)."""
     from deltalake import DeltaTable
 
-    from cdc_sql.lake.silver import staging_path
-
-    root = new_root()
-    bronze.ensure_snapshot_table(engine, root, TABLE)
+    lake = new_lake()
+    bronze.ensure_snapshot_table(lake, TABLE)
     ids = list(range(1, 101))
     batch = pa.RecordBatch.from_arrays([pa.array(ids, pa.int32()), pa.array(["s"] * 100)],
                                        names=["id", "v"])
-    bronze.write_split(engine, root, TABLE, [batch], 0, "a1", boundary(0), TS)
+    bronze.write_split(lake, TABLE, [batch], 0, "a1", boundary(0), TS)
     txns = [[("u", 1, 1, "early")], [("u", 2, 2, "late")], [("d", 3, 3, "s")]]
-    bronze.append_changes(engine, root, binlog_rows(txns, -1))
+    bronze.ensure_statements_table(lake)
+    land_changes(lake, binlog_rows(txns, -1))
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
-    done = {"db.t": [(0, "a1", boundary(0))]}
-    merge_snapshot(engine, root, plan, boundary(2), done)
+    window = first_window(boundary(2), [(0, "a1", boundary(0))])
+    merge_window(lake, plan, window)
 
-    created = DeltaTable(silver_path(root, "t"), version=0).to_pyarrow_table()
+    created = DeltaTable(lake.silver_path("t"), version=0).to_pyarrow_table()
     assert sorted(created.column("id").to_pylist()) == ids  # silver's first commit: the rows
-    assert engine.read(staging_path(root, "t")).count() == 3  # the MERGE's source: changes only
+    assert engine.read(lake.staging_path("t")).count() == 3  # the MERGE's source: changes only
     expected = {k: "s" for k in ids if k != 3} | {2: "late"}  # txn 0 is in the split's rows
-    assert_silver(engine, root, expected)
-    merge_snapshot(engine, root, plan, boundary(2), done)  # a rerun appends nothing twice
-    assert_silver(engine, root, expected)
+    assert_silver(lake, expected)
+    merge_window(lake, plan, window)  # a rerun appends nothing twice
+    assert_silver(lake, expected)

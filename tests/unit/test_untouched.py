@@ -3,8 +3,10 @@ import pytest
 
 from cdc_sql.errors import StateError
 from cdc_sql.config.model import Table
-from cdc_sql.engine import EVOLVE_MARK, OWN_MERGE, _operation
+from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import check_untouched
+from cdc_sql.lake.state import TableEntry
+from cdc_sql.lake.tables import EVOLVE_MARK, OWN_MERGE, operation as _operation
 
 TABLE = Table(name="t", source="db.t")
 
@@ -31,7 +33,7 @@ class History:
     [(6, EVOLVE_MARK, ""), (7, OWN_MERGE, ""), (8, EVOLVE_MARK, "")],  # a DDL batch, crashed
 ])
 def test_allowed(commits):
-    check_untouched(History(commits), "/r", TABLE, {"silver_version": 5})
+    check_untouched(Lake(None, "/r", History(commits)), TABLE, TableEntry(silver_version=5))
 
 
 @pytest.mark.parametrize("commits", [
@@ -45,7 +47,7 @@ def test_allowed(commits):
 ])
 def test_refused(commits):
     with pytest.raises(StateError, match="changed outside cdc-sql after its version 5"):
-        check_untouched(History(commits), "/r", TABLE, {"silver_version": 5})
+        check_untouched(Lake(None, "/r", History(commits)), TABLE, TableEntry(silver_version=5))
 
 
 def test_our_merges_are_told_by_their_guards():

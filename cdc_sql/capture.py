@@ -1,0 +1,145 @@
+"""One capture pass: the binlog from where capture stands up to a stop position, into bronze.
+
+Batches close between transactions (`binlog_batch_rows/bytes/seconds`); a transaction larger
+than `binlog_batch_rows` lands in parts, each as soon as its builders hold that many changes,
+so memory never follows a transaction's size. Each batch or part is written the same way:
+
+1. state first records the tables about to be written (`CaptureEntry.landing`);
+2. one bronze commit per source table touched (and one for DDL statements);
+3. after a whole batch (never after a part), state records the new position, a transaction
+   boundary, with the GTID position there and the split watermarks resolved on the way.
+
+Silver never reads past the recorded position, so a part, or a batch whose state commit was
+lost, stays invisible. A run that starts again reads from the recorded position and skips, per
+table listed in `landing`, the rows events bronze already holds (bronze.landed_after): nothing
+twice, nothing lost, whichever commit the previous run died after.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+
+from cdc_sql import faults
+from cdc_sql.lake import bronze
+from cdc_sql.lake.state import CaptureEntry, SplitEntry
+from cdc_sql.source.binlog import BinlogReader
+from cdc_sql.source.gtid import GtidSet, GtidWatermarks
+from cdc_sql.source.offsets import Position
+
+log = logging.getLogger("cdc_sql")
+
+
+@dataclass
+class Pass:
+    """What one capture pass did."""
+
+    changes: int = 0
+    changed_tables: set[str] = field(default_factory=set)
+    schema_changed: list[str] = field(default_factory=list)
+    started_at: str | None = None        # the offset it started from
+    batches: list[dict] = field(default_factory=list)  # rows and seconds of each commit
+
+
+class Capture:
+    def __init__(self, lake, state, source, tables, mariadb: bool, matches, stop=None):
+        self.lake, self.state, self.source = lake, state, source
+        self.tables = {(t.db, t.name): t for t in tables}
+        self.mariadb, self.matches, self.stop = mariadb, matches, stop
+
+    def run(self, checkpoint, start: Position, stop_at: Position, seen_at: str,
+            gtid: str = "") -> Pass:
+        """Capture from `start` (the recorded position, or the lowest watermark) to `stop_at`;
+        `seen_at` is when the source was at `stop_at` (for lag)."""
+        saved = checkpoint.capture
+        landing = {tuple(t) for t in saved.landing} if saved else set()
+        skip = bronze.landed_after(self.lake, sorted(landing), start.offset) if landing else {}
+        result = Pass(started_at=start.offset.text)
+        # Rows an earlier run landed past `start` are this window's changes too: those tables
+        # are not idle (a DDL statement there could be any table's).
+        result.changed_tables.update(
+            f"{db}.{name}" for db, name in (self.tables if bronze.STATEMENTS in landing
+                                            else landing) if db)
+        self.committed = saved if saved and saved.position == str(start) else \
+            CaptureEntry(position=str(start), gtid=gtid)
+        self.landing = landing
+        if start.offset >= stop_at.offset and not skip:
+            if not saved or saved.position != str(start) or landing:
+                self._commit(CaptureEntry(position=str(start), gtid=self.committed.gtid,
+                                          source_time=seen_at), [])
+            return result
+        pending = {s.name: s for s in checkpoint.all_splits() if s.done and not s.watermark}
+        marks = GtidWatermarks({name: GtidSet.parse(s.watermark_gtid)
+                                for name, s in pending.items()})
+        batch_rows = self.source.binlog_batch_rows
+        reader = BinlogReader(self.source, list(self.tables.values()), start, stop_at,
+                              self.mariadb, gtid_marks=marks, gtid_state=self.committed.gtid,
+                              matches=self.matches, skip=skip, part_rows=batch_rows)
+        last_flush = time.monotonic()
+        try:
+            for kind in reader.read():
+                if kind == "part":  # a large transaction: land what it has so far
+                    self._land(reader, result)
+                    continue
+                full = reader.pending_rows >= batch_rows or \
+                    reader.pending_bytes >= self.source.binlog_batch_bytes or \
+                    time.monotonic() - last_flush >= self.source.binlog_batch_seconds
+                if full:
+                    self.flush(reader, reader.source_time, pending, marks, result)
+                    last_flush = time.monotonic()
+                if self.stop is not None and self.stop.is_set():
+                    break
+            caught_up = reader.position.offset >= stop_at.offset
+            self.flush(reader, seen_at if caught_up else reader.source_time, pending, marks,
+                        result)
+        finally:
+            reader.close()
+        result.schema_changed = reader.schema_changed
+        log.info("binlog: %d changes captured, now at %s", result.changes, reader.position)
+        if result.schema_changed:
+            log.info("binlog: DDL on %s at %s; reading the tables' definitions again",
+                     ", ".join(result.schema_changed), reader.position)
+        return result
+
+    def _land(self, reader: BinlogReader, result: Pass) -> None:
+        """Write what the reader's builders hold into bronze (a batch, or a part)."""
+        started = time.monotonic()
+        batch = reader.take()
+        touched = set(batch.touched) | ({bronze.STATEMENTS} if batch.statements else set())
+        if not touched:
+            return
+        if not touched <= self.landing:  # the tables about to be written, before writing them
+            self.landing |= touched
+            self.state.write(replace(self.committed, landing=sorted(map(list, self.landing))))
+        for key, batches in batch.tables.items():
+            bronze.append_changes(self.lake, self.tables[key], batches)
+        bronze.append_statements(self.lake, batch.statements)
+        faults.point("bronze.appended")  # bronze has the batch, state not yet
+        rows = batch.rows
+        result.changes += rows
+        result.changed_tables.update(f"{db}.{name}" for db, name in batch.tables)
+        result.changed_tables.update(f"{s['db']}.{s['tbl']}" for s in batch.statements)
+        result.batches.append({"phase": "capture", "rows": rows,
+                               "seconds": round(time.monotonic() - started, 3)})
+
+    def flush(self, reader: BinlogReader, source_time: str | None, pending: dict,
+               marks: GtidWatermarks, result: Pass) -> None:
+        """Land a whole batch, then record its end in state with the watermarks resolved."""
+        self._land(reader, result)
+        resolved = [replace(pending[name], watermark=found.offset.text)
+                    for name, found in marks.resolved.items()
+                    if name in pending and not pending[name].watermark]
+        for entry in resolved:
+            pending[entry.name] = entry
+        position = str(reader.position)
+        if position == self.committed.position and not self.landing and not resolved:
+            return
+        # Ended inside a transaction (the connection broke): its parts stay listed.
+        landing = self.landing if reader.in_transaction else set()
+        self._commit(CaptureEntry(position=position, source_time=source_time,
+                                  gtid=str(reader.gtid_state),
+                                  landing=sorted(map(list, landing))), resolved)
+
+    def _commit(self, entry: CaptureEntry, resolved: list[SplitEntry]) -> None:
+        self.state.write(entry, *resolved)
+        self.committed, self.landing = entry, {tuple(t) for t in entry.landing}

@@ -1,0 +1,76 @@
+"""The lake of one pipeline: its engine, its root, who carries out table operations, and where
+every table lives under the root (docs/architecture.md, "Layout").
+
+    <root>/bronze/_snapshot/<db>.<table>   split rows
+    <root>/bronze/_changes/<db>.<table>    typed change rows of one source table
+    <root>/bronze/_binlog                  DDL and TRUNCATE statements of the captured tables
+    <root>/silver/<name>, <name>_history   what users read
+    <root>/_staging/<name>                 a batch's last change per key, before its MERGE
+    <root>/_state/checkpoint               the checkpoint (lake/state.py)
+
+Source names become path components through `path_name`: letters, digits, `_` and `-` stay,
+every other byte of the name's UTF-8 is written `~HH` (so `.` separates database and table
+unambiguously, and quotes, brackets, `$`, `|`, `@` or non-ASCII letters never reach an object
+store URL or a SQL path literal as they are).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cdc_sql.lake.tables import TableOps, storage, table_ops
+
+_SAFE = re.compile(rb"[A-Za-z0-9_-]")
+
+
+def path_name(name: str) -> str:
+    """A source database or table name as one path component (reversible)."""
+    return "".join(chr(b) if _SAFE.fullmatch(bytes([b])) else f"~{b:02X}"
+                   for b in name.encode("utf-8"))
+
+
+def source_dir(db: str, table: str) -> str:
+    return f"{path_name(db)}.{path_name(table)}"
+
+
+@dataclass(frozen=True)
+class Lake:
+    engine: object
+    root: str
+    tables: TableOps = field(repr=False)
+
+    @classmethod
+    def open(cls, engine, root: str) -> "Lake":
+        return cls(engine, str(root).rstrip("/") or "/", table_ops(engine, str(root)))
+
+    @property
+    def spark(self):
+        return self.engine.spark
+
+    @property
+    def local(self) -> bool:
+        return storage(self.root) == "local"
+
+    # -- where tables live ---------------------------------------------------------------------
+    @property
+    def state_path(self) -> str:
+        return f"{self.root}/_state/checkpoint"
+
+    def snapshot_path(self, db: str, table: str) -> str:
+        return f"{self.root}/bronze/_snapshot/{source_dir(db, table)}"
+
+    def changes_path(self, db: str, table: str) -> str:
+        return f"{self.root}/bronze/_changes/{source_dir(db, table)}"
+
+    @property
+    def statements_path(self) -> str:
+        return f"{self.root}/bronze/_binlog"
+
+    def silver_path(self, name: str) -> str:
+        return f"{self.root}/silver/{name}"
+
+    def history_path(self, name: str) -> str:
+        return f"{self.root}/silver/{name}_history"
+
+    def staging_path(self, name: str) -> str:
+        return f"{self.root}/_staging/{name}"

@@ -1,0 +1,424 @@
+"""Where the lake's Delta tables live, and the one interface for what cdc-sql does to them.
+
+`storage(path)` tells a local path from an object store by its scheme, once, for the whole
+target; `choose(engine_mode, path)` then picks who does the table operations:
+
+| target.path                                    | sail, local (JVM)  | remote, active |
+|------------------------------------------------|--------------------|----------------|
+| a plain path, `file://`                        | delta-rs           | Spark SQL      |
+| `s3://`, `s3a://`, `gs://`, `az://`, `abfss://` ... (OBJECT_STORES) | delta-rs | Spark SQL |
+| any other scheme (`dbfs:`, `hdfs://`, ...)     | Spark SQL          | Spark SQL      |
+
+delta-rs runs in this process: it needs no trip through Spark Connect for the small, frequent
+commits of bronze and state, and it does what Sail 0.7 lacks (OPTIMIZE, VACUUM, history,
+type changes). An engine in another process (remote, active) may not share this machine's file
+system, so there everything goes through its own Spark SQL. Data queries (silver's MERGEs,
+reads) always run on the engine.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Iterable, Protocol
+
+import pyarrow as pa
+
+from cdc_sql.sql import quote, string_literal
+
+log = logging.getLogger("cdc_sql")
+OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+TARGET_FILE_BYTES = 128 * 2**20  # silver files after clustering
+EVOLVE_MARK = "cdc-sql: schema change"  # commit metadata of cdc-sql's own schema changes
+# A MERGE whose conditions use cdc-sql's own guard columns is one of ours (Sail writes no commit
+# metadata, but every engine records the MERGE's predicates).
+OWN_MERGE = "cdc-sql: merge"
+_OWN_MERGE_GUARDS = ("_cdc_offset", "_cdc_valid_from")
+_MAX_SLICE_BYTES = 32 * 2**20
+
+
+def storage(path: str) -> str:
+    """'local' for a plain path or file://, else the URL scheme (s3, gs, dbfs, ...)."""
+    match = _SCHEME.match(str(path))
+    if match is None or len(match.group(1)) == 1:  # no scheme (or a Windows drive letter)
+        return "local"
+    scheme = match.group(1).lower()
+    return "local" if scheme == "file" else scheme
+
+
+def choose(engine_mode: str, path: str) -> str:
+    """'delta-rs' or 'spark': who carries out table operations for tables under `path`."""
+    if engine_mode not in ("sail", "local"):
+        return "spark"
+    return "delta-rs" if storage(path) in ("local", *OBJECT_STORES) else "spark"
+
+
+def table_ref(path: str) -> str:
+    """A Delta table by path, in SQL (works on Sail and on Spark with Delta)."""
+    return "delta.`" + str(path).replace("`", "``") + "`"
+
+
+class TableOps(Protocol):
+    """What cdc-sql does to Delta tables besides queries. Commits that change a table's schema
+    or rows outside a MERGE are marked EVOLVE_MARK (the hand-change check lets them pass)."""
+
+    def exists(self, path: str) -> bool: ...
+    def version(self, path: str) -> int | None: ...
+    def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None: ...
+    def schema(self, path: str) -> pa.Schema: ...
+    def create_arrow_table(self, path: str, schema: pa.Schema) -> None: ...
+    def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch],
+                     schema: pa.Schema, schema_mode: str | None = None) -> None: ...
+    def read_arrow(self, path: str, columns: list[str] | None = None) -> pa.Table: ...
+    def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None: ...
+    def add_columns(self, path: str, fields: list) -> None: ...
+    def reshape(self, path: str, widen: dict, add: list[tuple]) -> None: ...
+    def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None: ...
+    def update_rows(self, path: str, values: dict, where: list[tuple[str, str, str]]) -> None: ...
+    def compact_and_vacuum(self, path: str, retention_hours: float,
+                           compact: bool = True) -> dict: ...
+    def cluster(self, path: str, columns: list[str]) -> None: ...
+
+
+def operation(operation: str, parameters, mark) -> str:
+    """A commit's operation as the hand-change check sees it: our marked schema changes and our
+    MERGEs under names of their own."""
+    if mark == EVOLVE_MARK:
+        return EVOLVE_MARK
+    if operation == "MERGE" and any(guard in str(parameters) for guard in _OWN_MERGE_GUARDS):
+        return OWN_MERGE
+    return str(operation)
+
+
+def predicate(where: list[tuple[str, str, object]], quote_name) -> str:
+    """Conditions on columns (column, operator, value), values as SQL literals rendered here
+    and only here (the same in Spark SQL and DataFusion): Sail 0.7 takes no parameters in a
+    DELETE or UPDATE, and delta-rs has none at all."""
+    assert all(op in ("<", "=", "<=", "IS", "IN") for _, op, _ in where)
+    return " AND ".join(
+        f"{quote_name(c)} IN ({', '.join(literal(x) for x in v)})" if op == "IN" else
+        f"{quote_name(c)} {op} {literal(v)}" for c, op, v in where) or "TRUE"
+
+
+def literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(int(value))
+    return string_literal(str(value))
+
+
+def spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema, prefer_timestamp_ntz=True)  # naive timestamps are NTZ
+
+
+# -- delta-rs ---------------------------------------------------------------------------------
+def writer_properties():
+    """LZ4 for bronze and state: about 10% more snapshot rows/s than Snappy here, and read by
+    every Parquet reader cdc-sql targets (Spark, Sail, delta-rs)."""
+    from deltalake import WriterProperties
+
+    return WriterProperties(compression="LZ4_RAW")
+
+
+def append_with_delta_rs(path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+                         max_commit_retries: int | None = None, schema_mode: str | None = None,
+                         configuration: dict | None = None) -> None:
+    """One delta-rs append commit of a stream of Arrow batches; memory follows one batch.
+    `max_commit_retries`: for many writers committing at once (each lost race is a retry)."""
+    from deltalake import CommitProperties, write_deltalake
+
+    write_deltalake(str(path), pa.RecordBatchReader.from_batches(schema, batches), mode="append",
+                    writer_properties=writer_properties(), schema_mode=schema_mode,
+                    configuration=configuration,
+                    commit_properties=CommitProperties(max_commit_retries=max_commit_retries))
+
+
+def stats_configuration(schema: pa.Schema) -> dict | None:
+    """Keep decimals wider than 64 bits out of file statistics: delta-rs 1.6 writes their
+    min/max clamped to 2^63-1, which breaks data skipping, and Sail 0.7 then even reads a
+    column whose min equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1)."""
+    wide = {f.name for f in schema if pa.types.is_decimal(f.type) and f.type.precision > 18}
+    if not wide:
+        return None
+    kept = ",".join(quote(f.name) for f in schema if f.name not in wide)
+    return {"delta.dataSkippingStatsColumns": kept}
+
+
+def _marked():
+    from deltalake import CommitProperties
+
+    return CommitProperties(custom_metadata={"userMetadata": EVOLVE_MARK})
+
+
+def _df_quote(name: str) -> str:
+    """An identifier in delta-rs (DataFusion) SQL."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class DeltaRsTables:
+    """Table operations with delta-rs, in this process."""
+
+    def exists(self, path: str) -> bool:
+        from deltalake import DeltaTable
+
+        if storage(path) == "local":
+            import os
+
+            return os.path.isdir(os.path.join(str(path), "_delta_log"))
+        return DeltaTable.is_deltatable(str(path))
+
+    def version(self, path: str) -> int | None:
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(path)).version()
+
+    def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(path))
+        count = table.version() - after_version
+        commits = table.history(count) if count > 0 else []
+        return sorted((int(c["version"]), operation(c.get("operation"),
+                                                    c.get("operationParameters"),
+                                                    c.get("userMetadata")),
+                       str((c.get("operationParameters") or {}).get("version", "")))
+                      for c in commits if int(c["version"]) > after_version)
+
+    def schema(self, path: str) -> pa.Schema:
+        from deltalake import DeltaTable
+
+        return pa.schema(DeltaTable(str(path)).schema().to_arrow())
+
+    def create_arrow_table(self, path: str, schema: pa.Schema) -> None:
+        from deltalake import DeltaTable, write_deltalake
+
+        if not self.exists(path):
+            write_deltalake(str(path), schema.empty_table(), mode="append",
+                            configuration=stats_configuration(schema))
+            self._allow_ntz(DeltaTable(str(path)), schema)
+
+    def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+                     schema_mode: str | None = None) -> None:
+        if schema_mode == "merge":
+            from deltalake import DeltaTable
+
+            self._allow_ntz(DeltaTable(str(path)), schema)
+        append_with_delta_rs(path, batches, schema, schema_mode=schema_mode)
+
+    def read_arrow(self, path: str, columns: list[str] | None = None) -> pa.Table:
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(path)).to_pyarrow_table(columns=columns)
+
+    def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(str(path), table, mode="overwrite", writer_properties=writer_properties())
+
+    def add_columns(self, path: str, fields: list) -> None:
+        """Add nullable columns (Spark StructFields): an empty mergeSchema append."""
+        from deltalake import DeltaTable, write_deltalake
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        table = DeltaTable(str(path))
+        schema = pa.schema(table.schema().to_arrow())
+        for f in fields:
+            schema = schema.append(pa.field(f.name, to_arrow_type(f.dataType), True))
+        self._allow_ntz(table, schema)
+        write_deltalake(str(path), schema.empty_table(), mode="append", schema_mode="merge",
+                        commit_properties=_marked())
+
+    def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
+        """Rewrite the table in one commit, streaming: columns in `widen` (name -> Spark type)
+        cast to it, and columns in `add` ((name, Spark type, column to copy or None)) added."""
+        from deltalake import DeltaTable, write_deltalake
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        table = DeltaTable(str(path))
+        dataset = table.to_pyarrow_dataset()
+        schema = pa.schema([f.with_type(to_arrow_type(widen[f.name])) if f.name in widen
+                            else f for f in dataset.schema])
+        for name, data_type, _ in add:
+            schema = schema.append(pa.field(name, to_arrow_type(data_type), True))
+        self._allow_ntz(table, schema)
+
+        def batches():
+            for batch in dataset.to_batches():
+                columns = {f.name: batch.column(f.name) for f in dataset.schema}
+                for name, data_type, source in add:
+                    columns[name] = columns[source] if source else \
+                        pa.nulls(batch.num_rows, to_arrow_type(data_type))
+                yield pa.RecordBatch.from_arrays(
+                    [columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+        write_deltalake(str(path), pa.RecordBatchReader.from_batches(schema, batches()),
+                        mode="overwrite", schema_mode="overwrite", commit_properties=_marked(),
+                        writer_properties=writer_properties())
+
+    @staticmethod
+    def _allow_ntz(table, schema: pa.Schema) -> None:
+        """delta-rs writes TIMESTAMP_NTZ columns without declaring the table feature readers
+        (Sail) require: declare it first."""
+        declared = table.protocol().writer_features or []
+        if "timestampNtz" not in declared and \
+                any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in schema):
+            from deltalake import TableFeatures
+
+            table.alter.add_feature(TableFeatures.TimestampWithoutTimezone,
+                                    allow_protocol_versions_increase=True,
+                                    commit_properties=_marked())
+
+    def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None:
+        """DELETE the rows matching every (column, operator, value) of `where`."""
+        from deltalake import DeltaTable
+
+        DeltaTable(str(path)).delete(predicate(where, _df_quote), commit_properties=_marked())
+
+    def update_rows(self, path: str, values: dict, where: list[tuple[str, str, str]]) -> None:
+        """UPDATE columns to values (text, or None for NULL) in rows matching `where`."""
+        from deltalake import DeltaTable
+
+        DeltaTable(str(path)).update(
+            updates={_df_quote(c): literal(v) for c, v in values.items()},
+            predicate=predicate(where, _df_quote), commit_properties=_marked())
+
+    def compact_and_vacuum(self, path: str, retention_hours: float, compact: bool = True) -> dict:
+        """Rewrite small files into large ones (unless `compact` is False: a table `cluster`
+        just rewrote, whose files a bin-packing would mix again), then delete files no version
+        within the retention still needs."""
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(path))
+        compacted = table.optimize.compact() if compact else {}
+        removed = table.vacuum(retention_hours=int(retention_hours), dry_run=False,
+                               enforce_retention_duration=False)
+        return {"files_added": compacted.get("numFilesAdded", 0),
+                "files_removed": compacted.get("numFilesRemoved", 0),
+                "files_vacuumed": len(removed)}
+
+    def cluster(self, path: str, columns: list[str]) -> None:
+        """Rewrite the table sorted by `columns` (the key) into files of TARGET_FILE_BYTES, so
+        each file holds one key range and a MERGE rewrites only the files of the keys it
+        changes (Sail and Delta both skip files no changed key falls in). Rows do not change:
+        an OPTIMIZE commit."""
+        from deltalake import DeltaTable
+
+        DeltaTable(str(path)).optimize.z_order(  # sorts spill to disk past 512 MB
+            columns, target_size=TARGET_FILE_BYTES, max_spill_size=512 * 2**20,
+            writer_properties=writer_properties())
+
+
+# -- Spark SQL --------------------------------------------------------------------------------
+class SparkTables:
+    """Table operations through the engine's own Spark SQL (its file system, its catalog)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    @property
+    def spark(self):
+        return self.engine.spark
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.engine.read(path).schema  # noqa: B018 - forces resolution
+            return True
+        except Exception:  # noqa: BLE001 - any engine's "not a Delta table"
+            return False
+
+    def version(self, path: str) -> int | None:
+        if not self.engine.describes_history:
+            return None
+        return int(self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)} LIMIT 1").collect()[0][0])
+
+    def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None:
+        """None when this engine cannot tell (Sail 0.7 has no DESCRIBE HISTORY)."""
+        if not self.engine.describes_history:
+            return None
+        rows = [(r["version"], r["operation"], r["operationParameters"], r["userMetadata"])
+                for r in self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)}").collect()]
+        return sorted((int(v), operation(op, params, mark), str((params or {}).get("version", "")))
+                      for v, op, params, mark in rows if int(v) > after_version)
+
+    def schema(self, path: str) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self.engine.read(path).schema)
+
+    def create_arrow_table(self, path: str, schema: pa.Schema) -> None:
+        if not self.exists(path):
+            self.engine.append(self.spark.createDataFrame([], spark_schema(schema)), path)
+
+    def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+                     schema_mode: str | None = None) -> None:
+        for batch in batches:  # Sail rejects gRPC messages over 128 MB: send slices
+            rows = max(1, int(batch.num_rows * _MAX_SLICE_BYTES / max(batch.nbytes, 1)))
+            for start in range(0, batch.num_rows, rows):
+                table = pa.Table.from_batches([batch.slice(start, rows)])
+                df = self.spark.createDataFrame(table, spark_schema(schema))
+                df.write.format("delta").mode("append") \
+                    .option("mergeSchema", str(schema_mode == "merge").lower()).save(str(path))
+
+    def read_arrow(self, path: str, columns: list[str] | None = None) -> pa.Table:
+        df = self.engine.read(path)
+        return (df.select(*columns) if columns else df).toArrow()
+
+    def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
+        self.spark.createDataFrame(table, spark_schema(schema)).write.format("delta") \
+            .mode("overwrite").save(str(path))
+
+    def add_columns(self, path: str, fields: list) -> None:
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+        self._marked_sql(f"ALTER TABLE {table_ref(path)} ADD COLUMNS ({columns})")
+
+    def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
+        from pyspark.sql import functions as F
+
+        table = self.engine.read(path)
+        table.select(*(F.col(c).cast(widen[c]).alias(c) if c in widen else F.col(c)
+                       for c in table.columns),
+                     *((F.col(source) if source else F.lit(None)).cast(t).alias(name)
+                       for name, t, source in add)) \
+            .write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .option("userMetadata", EVOLVE_MARK).save(str(path))
+
+    def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None:
+        self._marked_sql(f"DELETE FROM {table_ref(path)} WHERE {predicate(where, quote)}")
+
+    def update_rows(self, path: str, values: dict, where: list[tuple[str, str, str]]) -> None:
+        assignments = ", ".join(f"{quote(c)} = {literal(v)}" for c, v in values.items())
+        self._marked_sql(f"UPDATE {table_ref(path)} SET {assignments} WHERE "
+                         f"{predicate(where, quote)}")
+
+    def compact_and_vacuum(self, path: str, retention_hours: float, compact: bool = True) -> dict:
+        if not self.engine.optimizes:
+            log.warning("%s: this engine cannot compact or vacuum Delta tables; skipped", path)
+            return {}
+        ref = table_ref(path)
+        if compact:
+            self.spark.sql(f"OPTIMIZE {ref}").collect()
+        self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
+        return {}
+
+    def cluster(self, path: str, columns: list[str]) -> None:
+        if not self.engine.optimizes:
+            log.warning("%s: this engine cannot cluster Delta tables; skipped", path)
+            return
+        self.spark.sql(f"OPTIMIZE {table_ref(path)} ZORDER BY "
+                       f"({', '.join(quote(c) for c in columns)})").collect()
+
+    def _marked_sql(self, statement: str) -> None:
+        self.spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", EVOLVE_MARK)
+        try:
+            self.spark.sql(statement).collect()
+        finally:
+            self.spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+
+
+def table_ops(engine, root: str) -> TableOps:
+    return DeltaRsTables() if choose(engine.mode, root) == "delta-rs" else SparkTables(engine)

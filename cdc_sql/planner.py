@@ -1,0 +1,79 @@
+"""Which window of changes each silver table merges next: a pure function of the checkpoint.
+
+A window (P, U] takes the bronze changes after the applied offset P up to U, a transaction
+boundary capture has committed, and, with the first batch (or a table that began to match
+later, a new shard), the rows of the snapshot splits being merged. The rules
+(docs/architecture.md, "Why silver is exactly-once"):
+
+- the first batch waits until every split of the table is done with a known watermark and
+  capture has reached the highest one, so silver is transaction-consistent from its first
+  commit; with history it waits past every split's read (history starts there);
+- later batches take (P, capture position]; splits that appeared since (a new shard) join the
+  batch that passes all their watermarks, and until then the table waits;
+- a table none of whose source tables changed in a window this run captured whole moves P
+  without a MERGE (idle);
+- `snapshot-only` pipelines take the first batch up to the highest watermark and stop there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdc_sql.lake.state import CaptureEntry, SplitEntry, TableEntry
+
+Splits = dict[str, tuple[tuple[int, str, str], ...]]  # source table -> (id, attempt, watermark)
+
+
+@dataclass(frozen=True)
+class Window:
+    after: str                    # P: changes after it ("" for the first batch)
+    upto: str                     # U: changes up to it, a transaction boundary
+    splits: Splits | None = None  # snapshot splits merged with the window
+    first: bool = False           # the first batch: silver is created from the snapshot rows
+    history_start: str | None = None  # first batch with history: where history begins
+    idle: bool = False            # nothing to merge: only P moves to U
+
+
+def done_splits(splits: list[SplitEntry]) -> Splits:
+    """Split entries as a window carries them: per source table, (id, attempt, watermark)."""
+    found: dict[str, list[tuple[int, str, str]]] = {}
+    for s in sorted(splits, key=lambda s: (s.source_table, s.split_id)):
+        found.setdefault(s.source_table, []).append((s.split_id, s.attempt, s.watermark))
+    return {table: tuple(entries) for table, entries in found.items()}
+
+
+def next_window(entry: TableEntry | None, splits: list[SplitEntry],
+                capture: CaptureEntry | None, *, snapshot_only: bool = False,
+                history: bool = False, idle: bool = False) -> Window | None:
+    """The window a table merges next, or None when it must wait.
+
+    `splits`: every split of the table's source tables; `idle`: this run captured the whole of
+    (P, capture position] and none of it touched the table."""
+    if entry is None or not entry.snapshot_merged:
+        return _first_window(splits, capture, snapshot_only, history)
+    applied = entry.applied
+    if capture is None or capture.offset <= applied:
+        return None
+    upto = capture.offset
+    fresh = [s for s in splits if not s.watermark or s.watermark > applied]
+    if fresh:
+        if not all(s.ready for s in fresh) or upto < max(s.watermark for s in fresh):
+            return None
+        return Window(applied, upto, done_splits(fresh))
+    return Window(applied, upto, idle=idle)
+
+
+def _first_window(splits: list[SplitEntry], capture: CaptureEntry | None, snapshot_only: bool,
+                  history: bool) -> Window | None:
+    if not splits or not all(s.ready for s in splits):
+        return None  # snapshot unfinished, or a GTID watermark not yet resolved
+    highest = max(s.watermark for s in splits)
+    history_start = None
+    if history:  # history starts where every split's read had ended
+        highest = history_start = max(highest, *(s.read_end or "" for s in splits))
+    if snapshot_only:
+        upto = highest
+    elif capture is None or capture.offset < highest:
+        return None  # capture has not reached every split's watermark yet
+    else:
+        upto = capture.offset
+    return Window("", upto, done_splits(splits), first=True, history_start=history_start)
