@@ -26,6 +26,7 @@ from cdc_sql.sql import quote as spark_quote
 
 FLOATS = ("float", "double")
 _EPSILON = 2.0 ** -52
+FLOAT32_EPSILON = 2.0 ** -23
 _INTEGER_SOURCES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
 
 
@@ -42,18 +43,28 @@ class Output:
         return self.spark_type in FLOATS
 
 
-def _mysql_text(o: Output) -> str:
+def mysql_text(o: Output) -> str:
+    """The canonical text of a value on the source (NULL for NULL), in utf8mb4 (columns of
+    several charsets and collations join into one text)."""
+    return f"CONVERT({_mysql_value_text(o)} USING utf8mb4)"
+
+
+def _mysql_value_text(o: Output) -> str:
     c, t = mysql_quote(o.name), o.spark_type
     data_type = o.source.data_type if o.source else ""
+    if data_type in _INTEGER_SOURCES:  # numbers, not ZEROFILL's padded display ('000')
+        return f"{c} + 0"
     if data_type == "bit":
         return f"CAST({c} AS UNSIGNED)" if t == "bigint" else f"LPAD(HEX({c}), 16, '0')"
     if t.startswith("decimal"):
         return f"CAST({c} AS {t.upper()})"
+    # zero, partly zero and invalid dates are NULL in silver (docs/types.md)
+    no_date = (f"YEAR({c}) = 0 OR MONTH({c}) = 0 OR DAY({c}) = 0 OR "
+               f"DAY({c}) > DAY(LAST_DAY({c}))")
     if t == "date":
-        return f"IF(MONTH({c}) = 0 OR DAY({c}) = 0, NULL, DATE_FORMAT({c}, '%Y-%m-%d'))"
+        return f"IF({no_date}, NULL, DATE_FORMAT({c}, '%Y-%m-%d'))"
     if t == "timestamp_ntz":
-        return (f"IF(MONTH({c}) = 0 OR DAY({c}) = 0, NULL, "
-                f"DATE_FORMAT({c}, '%Y-%m-%d %H:%i:%s.%f'))")
+        return f"IF({no_date}, NULL, DATE_FORMAT({c}, '%Y-%m-%d %H:%i:%s.%f'))"
     if t == "timestamp":
         return f"IF(UNIX_TIMESTAMP({c}) = 0, NULL, CAST(UNIX_TIMESTAMP({c}) * 1000000 AS SIGNED))"
     if data_type in GEOMETRY_TYPES:
@@ -63,7 +74,17 @@ def _mysql_text(o: Output) -> str:
     return c
 
 
-def _spark_text(o: Output) -> str:
+def mysql_float(o: Output) -> str:
+    """A FLOAT or DOUBLE as its double, with every digit (FLOAT(M,D) displays D decimals)."""
+    return f"CAST({mysql_quote(o.name)} AS DOUBLE)"
+
+
+def spark_float(o: Output) -> str:
+    return f"CAST({spark_quote(o.name)} AS DOUBLE)"
+
+
+def spark_text(o: Output) -> str:
+    """The canonical text of a value in silver (NULL for NULL)."""
     c, t = spark_quote(o.name), o.spark_type
     if t == "date":
         return f"date_format({c}, 'yyyy-MM-dd')"
@@ -116,7 +137,7 @@ class Buckets:
             c = mysql_quote(self.key[0].name)
             cases = " ".join(f"WHEN {c} < {escape(b)} THEN {i}" for i, b in enumerate(self.bounds))
             return f"CASE {cases} ELSE {len(self.bounds)} END"
-        return f"MOD(CRC32(CONVERT({_joined(list(self.key), _mysql_text)} USING utf8mb4)), " \
+        return f"MOD(CRC32({_joined(list(self.key), mysql_text)}), " \
                f"{self.count})"
 
     def spark(self) -> tuple[str, dict]:
@@ -125,15 +146,15 @@ class Buckets:
             cases = " ".join(f"WHEN {c} < :bound{i} THEN {i}" for i in range(len(self.bounds)))
             return (f"CASE {cases} ELSE {len(self.bounds)} END",
                     {f"bound{i}": b for i, b in enumerate(self.bounds)})
-        return f"pmod(crc32({_joined(list(self.key), _spark_text)}), {self.count})", {}
+        return f"pmod(crc32({_joined(list(self.key), spark_text)}), {self.count})", {}
 
 
 def mysql_summary(rows_sql: str, outputs: list[Output], buckets: Buckets, escape) -> str:
     """Per bucket: bucket, rows, hash sum, then count/sum/sum(abs) of every float column."""
-    floats = [mysql_quote(o.name) for o in outputs if o.is_float]
+    floats = [mysql_float(o) for o in outputs if o.is_float]
     stats = "".join(f", COUNT({c}), SUM({c}), SUM(ABS({c}))" for c in floats)
     return (f"SELECT {buckets.mysql(escape)} AS cdc_bucket, COUNT(*), "
-            f"SUM({_hash(_joined(outputs, _mysql_text), True)}){stats} "
+            f"SUM({_hash(_joined(outputs, mysql_text), True)}){stats} "
             f"FROM ({rows_sql}) AS cdc_rows GROUP BY cdc_bucket")
 
 
@@ -143,7 +164,7 @@ def spark_summary(rows_sql: str, outputs: list[Output], buckets: Buckets) -> tup
                     for c in floats)
     bucket, args = buckets.spark()
     return (f"SELECT {bucket} AS cdc_bucket, COUNT(*), "
-            f"SUM({_hash(_joined(outputs, _spark_text), False)}){stats} "
+            f"SUM({_hash(_joined(outputs, spark_text), False)}){stats} "
             f"FROM ({rows_sql}) AS cdc_rows GROUP BY {bucket}", args)
 
 

@@ -1,7 +1,7 @@
 """A throwaway MariaDB server in a temp dir: for the demo and the integration tests.
 
 It runs Debian's `mariadbd` on a free loopback port with the binlog settings cdc-sql needs
-(DESIGN section 4), and is stopped by PID. Nothing here is used by the pipeline itself.
+(docs/architecture.md), and is stopped by PID. Nothing here is used by the pipeline itself.
 """
 from __future__ import annotations
 

@@ -43,8 +43,12 @@ class Engine:
     def read(self, path: str):
         return self.spark.read.format("delta").load(str(path))
 
-    def append(self, df, path: str) -> None:
-        df.write.format("delta").mode("append").save(str(path))
+    def append(self, df, path: str, properties: dict | None = None) -> None:
+        """Append rows; `properties` are set on the table if this write creates it."""
+        writer = df.write.format("delta").mode("append")
+        for key, value in (properties or {}).items():
+            writer = writer.option(key, value)
+        writer.save(str(path))
 
     def register(self, catalog: str, schema: str, name: str, path: str) -> str:
         """Make a Delta table reachable by name; returns the name. Sail's catalog lives in its

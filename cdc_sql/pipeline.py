@@ -96,7 +96,7 @@ class Runner:
         started = time.monotonic()
         summary = {"run_id": self.state.run_id, "started_at": now(), "outcome": "failed"}
         try:
-            self._ensure_bronze(view)
+            self.ensure_bronze(view)
             self._start_capture(view, checkpoint)
             with timed(summary, "snapshot"):
                 summary["snapshot_rows"] = self.snapshot(view)
@@ -108,7 +108,7 @@ class Runner:
                     view = dataclasses.replace(  # the new definitions (projections checked again)
                         inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at)
                     plans = silver_plans(self.pipeline, view)
-                    self._ensure_bronze(view)
+                    self.ensure_bronze(view)
                     with timed(summary, "snapshot"):  # of tables that just began to match
                         if self.snapshot(view):
                             view = self._refresh_end(view)
@@ -137,7 +137,7 @@ class Runner:
             except Exception:  # noqa: BLE001 - never hide the run's own error
                 log.exception("could not record the run outcome")
 
-    def _ensure_bronze(self, view: SourceView) -> None:
+    def ensure_bronze(self, view: SourceView) -> None:
         bronze.ensure_statements_table(self.lake)
         for table in view.source_tables:
             bronze.ensure_changes_table(self.lake, table)

@@ -2,7 +2,7 @@
 
 The expected rows are computed by the source database itself: the projection is transpiled to
 MySQL and run there, so neither side is checked against code it shares with the pipeline, except
-the per-type normal form (values.normalize) that defines what a value means (DESIGN section 4).
+the per-type normal form (values.normalize) that defines what a value means (docs/types.md).
 
 `verify_table` compares checksums first: per snapshot split (single integer keys) or per key-hash
 bucket (other keys, where MySQL collations and Spark order strings differently), each side
@@ -20,7 +20,8 @@ from sqlglot import exp
 
 from dataclasses import dataclass, field
 
-from cdc_sql.checksum import Buckets, Output, mysql_summary, same, spark_summary
+from cdc_sql.checksum import (FLOAT32_EPSILON, Buckets, Output, mysql_float, mysql_summary,
+                              mysql_text, same, spark_float, spark_summary, spark_text)
 from cdc_sql.config.model import Pipeline, Table
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.lake.lake import Lake
@@ -65,7 +66,7 @@ def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableR
         return report
     silver = engine.read(lake.silver_path(table.name))
     types = {f.name: f.dataType.simpleString() for f in silver.schema.fields}
-    with mysql.cursor(pipeline.source) as cur:
+    with _source(pipeline) as cur:
         sources = read_tables(cur, table)
         plan = plan_silver(table, sources, pipeline.file, pipeline.tables.index(table))
         for source in sources:
@@ -104,8 +105,13 @@ def _verify_source(lake, pipeline, plan: SilverPlan, source: SourceTable, types:
         report.differing.append(label)
         if len(report.details) < MAX_SHOWN:
             report.details.append(f"{label}: " + _bucket_diff(
-                engine, plan, names, columns, buckets, bucket, rows_sql, silver_sql,
+                engine, plan, outputs, buckets, bucket, rows_sql, silver_sql,
                 source.qualified, cur))
+
+
+def _source(pipeline):
+    """The source as verify reads it: read-only, each statement with a time limit."""
+    return mysql.read_only_cursor(pipeline.source, pipeline.source.verify_timeout_seconds)
 
 
 def _silver_rows_sql(lake, plan: SilverPlan) -> str:
@@ -115,23 +121,100 @@ def _silver_rows_sql(lake, plan: SilverPlan) -> str:
                                      if plan.sharded else "")
 
 
-def _bucket_diff(engine, plan, names, columns, buckets: Buckets, bucket: int, rows_sql: str,
-                 silver_sql: str, source: str, cur) -> str:
-    cur.execute(f"SELECT * FROM ({rows_sql}) AS cdc_rows WHERE "
-                f"{buckets.mysql(cur.connection.escape)} = {int(bucket)}")
-    expected = [[normalize(c, v) if c is not None else v for c, v in zip(columns, row)]
-                for row in cur.fetchall()]
+def _bucket_diff(engine, plan, outputs: list[Output], buckets: Buckets, bucket: int,
+                 rows_sql: str, silver_sql: str, source: str, cur) -> str:
+    """The rows of one differing bucket, compared by the same canonical texts the checksums
+    hash (floats by value, within their rounding): missing, extra and changed keys, with the
+    column and each side's value."""
+    key = [o for o in outputs if o.name in plan.projection.key]
+    texts = [o for o in outputs if not o.is_float]
+    floats = [o for o in outputs if o.is_float]
+    cur.execute(f"SELECT {', '.join(mysql_text(o) for o in [*key, *texts])}"
+                f"{''.join(', ' + mysql_float(o) for o in floats)} FROM ({rows_sql}) AS cdc_rows "
+                f"WHERE {buckets.mysql(cur.connection.escape)} = {int(bucket)}")
+    want = _by_key(cur.fetchall(), len(key))
     condition, args = buckets.spark()
-    silver = engine.spark.sql(f"SELECT * FROM ({silver_sql}) AS cdc_rows WHERE {condition} = "
-                              f"{int(bucket)}", args={**args, "source_table": source})
-    actual = [[row[n] for n in names] for row in silver.select(*names).toArrow().to_pylist()]
-    floats = {f.name for f in silver.schema.fields if f.dataType.typeName() == "float"}
-    return _diff(names, expected, actual, floats, plan.projection.key)
+    rows = engine.spark.sql(
+        f"SELECT {', '.join(spark_text(o) for o in [*key, *texts])}"
+        f"{''.join(', ' + spark_float(o) for o in floats)} FROM ({silver_sql}) AS cdc_rows "
+        f"WHERE {condition} = {int(bucket)}", args={**args, "source_table": source}).collect()
+    have = _by_key([tuple(r) for r in rows], len(key))
+    names = [o.name for o in texts] + [o.name for o in floats]
+    return describe_rows(want, have, [o.name for o in key], names,
+                         {o.name: o.spark_type for o in floats})
+
+
+def _by_key(rows, width: int) -> dict[tuple, list[tuple]]:
+    found: dict[tuple, list[tuple]] = {}
+    for row in rows:
+        found.setdefault(tuple(row[:width]), []).append(tuple(row[width:]))
+    return found
+
+
+def describe_rows(want: dict, have: dict, key: list[str], names: list[str],
+                  float_types: dict[str, str]) -> str:
+    """Missing, extra and changed keys of one bucket, each side's value on its own side."""
+    missing = [k for k in want if k not in have]
+    extra = [k for k in have if k not in want]
+    changed = []
+    for k in want:
+        if k in have and not _same_rows(want[k], have[k], names, float_types):
+            changed.append(k)
+    if not (missing or extra or changed):
+        return "the checksums differ, but every row reads back equal (report this as a bug)"
+    shown = lambda keys: ", ".join(_key_text(k) for k in keys[:MAX_SHOWN]) + (  # noqa: E731
+        " ..." if len(keys) > MAX_SHOWN else "")
+    parts = [f"{sum(map(len, want.values()))} source rows, {sum(map(len, have.values()))} "
+             f"silver rows"]
+    for label, keys in (("missing in silver", missing), ("not in the source", extra),
+                        ("different", changed)):
+        if keys:
+            parts.append(f"{len(keys)} {label} (key {', '.join(key)}: {shown(keys)})")
+    if changed:
+        k = changed[0]
+        pairs = zip(sorted(want[k], key=repr), sorted(have[k], key=repr))
+        found = next(filter(None, (_first_difference(a, b, names, float_types)
+                                   for a, b in pairs)), None)
+        if found is None:
+            parts.append(f"e.g. key {_key_text(k)}: {len(want[k])} source rows, "
+                         f"{len(have[k])} silver rows")
+        else:
+            column, source_value, silver_value = found
+            parts.append(f"e.g. key {_key_text(k)}, column {column}: source "
+                         f"{source_value!r}, silver {silver_value!r}")
+    return "; ".join(parts)
+
+
+def _key_text(key: tuple) -> str:
+    return "(" + ", ".join("NULL" if v is None else str(v) for v in key) + ")" if len(key) > 1 \
+        else ("NULL" if key[0] is None else str(key[0]))
+
+
+def _same_rows(a: list, b: list, names, float_types) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(_first_difference(x, y, names, float_types) is None for x, y in
+               zip(sorted(a, key=repr), sorted(b, key=repr)))
+
+
+def _first_difference(a: tuple, b: tuple, names, float_types):
+    for name, x, y in zip(names, a, b):
+        if name in float_types:
+            if x is None or y is None:
+                if (x is None) != (y is None):
+                    return name, x, y
+                continue
+            tolerance = FLOAT32_EPSILON if float_types[name] == "float" else 2.0 ** -52
+            if abs(float(x) - float(y)) > 2 * tolerance * max(abs(float(x)), abs(float(y))):
+                return name, x, y
+        elif x != y:
+            return name, x, y
+    return None
 
 
 def compare_table(engine, pipeline: Pipeline, table: Table) -> str:
     """'' when silver equals the source after projection; else a short description."""
-    with mysql.cursor(pipeline.source) as cur:
+    with _source(pipeline) as cur:
         sources = read_tables(cur, table)
         plan = plan_silver(table, sources, pipeline.file, pipeline.tables.index(table))
         expected = []
@@ -177,6 +260,8 @@ def _canon(value, is_float: bool):
         return int(value) if value == value.to_integral_value() else format(value.normalize(), "f")
     if isinstance(value, float) and is_float:
         return struct.unpack("f", struct.pack("f", value))[0]
+    if isinstance(value, float) and value.is_integer():  # a computed 144.0 against 144
+        return int(value)
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
     if isinstance(value, (bytearray, memoryview)):
@@ -185,6 +270,8 @@ def _canon(value, is_float: bool):
 
 
 def _diff(names, expected, actual, float_columns, key) -> str:
+    """'' when equal; else the missing, extra and changed keys, and the first differing column
+    of a changed one with each side's value."""
     positions = [names.index(k) for k in key]
 
     def index(rows):
@@ -192,21 +279,15 @@ def _diff(names, expected, actual, float_columns, key) -> str:
         for row in rows:
             canon = tuple(_canon(v, n in float_columns) for n, v in zip(names, row))
             out.setdefault(tuple(canon[p] for p in positions), []).append(canon)
-        return out
+        return {k: sorted(v, key=repr) for k, v in out.items()}
 
     want, have = index(expected), index(actual)
-    missing = [k for k in want if k not in have]
-    extra = [k for k in have if k not in want]
-    changed = [k for k in want if k in have and sorted(map(repr, want[k])) != sorted(map(repr, have[k]))]
-    if not (missing or extra or changed):
+    if want == have:
         return ""
-    parts = [f"{len(want)} source rows, {sum(map(len, have.values()))} silver rows"]
-    for label, keys in (("missing in silver", missing), ("not in source", extra),
-                        ("different", changed)):
-        if keys:
-            shown = ", ".join(map(str, keys[:MAX_SHOWN])) + (" ..." if len(keys) > MAX_SHOWN else "")
-            parts.append(f"{len(keys)} {label} (key {', '.join(key)}: {shown})")
-    if changed:
-        k = changed[0]
-        parts.append(f"e.g. source {want[k][0]} vs silver {have[k][0]}")
-    return "; ".join(parts)
+    values = [n for n in names if n not in key]
+    width = len(values)
+    strip = lambda rows: [tuple(v for n, v in zip(names, r) if n not in key)  # noqa: E731
+                          for r in rows]
+    return describe_rows({k: strip(v) for k, v in want.items()},
+                         {k: strip(v) for k, v in have.items()}, list(key), values,
+                         {n: "double" for n in values if n in float_columns} if width else {})

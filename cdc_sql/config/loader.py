@@ -1,4 +1,10 @@
-"""Read YAML into plain values, remembering the line of every key path, and expand ${VAR}."""
+"""Read YAML into plain values, remembering the line of every key path, and expand ${VAR}.
+
+`${VAR}` and `${VAR:-default}` expand only in the keys that configure connections and paths
+(INTERPOLATED), which operators set per environment. Everywhere else (projections, sources,
+table names, keys...) a pipeline file is edited by analysts, who must not reach the job's
+environment (its secrets): `${` there is an error naming the key, before anything runs
+(docs/security.md)."""
 from __future__ import annotations
 
 import os
@@ -13,6 +19,10 @@ from cdc_sql.errors import ConfigError
 
 _SCALARS = yaml.SafeLoader("")
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+INTERPOLATED = ("source.host", "source.port", "source.user", "source.password",
+                "source.password_file", "source.server_id", "source.ssl.ca", "source.ssl.cert",
+                "source.ssl.key", "target.path", "target.catalog", "target.schema",
+                "engine.mode", "engine.url")
 
 
 @dataclass
@@ -73,6 +83,11 @@ def _to_values(node: yaml.Node, path: str, lines: dict[str, int], expanded: set[
                 for i, item in enumerate(node.value)]
     value = _SCALARS.construct_object(node)  # YAML's own typing: 5401 -> int, true -> bool
     if isinstance(value, str) and "${" in value:
+        if path not in INTERPOLATED:
+            raise ConfigError(
+                f"`${{...}}` reads the job's environment, which only the keys that configure "
+                f"connections and paths may do ({', '.join(INTERPOLATED)}); `{path}` may not "
+                f"(the environment holds the job's secrets)", file, path, node.start_mark.line + 1)
         value = _interpolate(value, path, env, file, node.start_mark.line + 1)
         expanded.add(path)
     return value

@@ -1,4 +1,4 @@
-"""The pipeline model (DESIGN section 4), checked key by key before anything is written.
+"""The pipeline model (docs/pipeline-yaml.md), checked key by key before anything is written.
 
 Each dataclass field is one YAML key; its type hint and metadata (choices, minimum, secret) are the
 rules. Unknown keys are errors, and every error names the file, the key path and the line.
@@ -18,6 +18,10 @@ from cdc_sql.errors import ConfigError
 STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "snapshot-only")
 ENGINE_MODES = ("sail", "remote", "local", "active")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A literal db.table: plain names, or either part in backticks (`odd-db`.`we"ird|name`,
+# backticks inside doubled); anything else is a regular expression over db.table names.
+_NAME_PART = r"(`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
+_LITERAL_SOURCE = re.compile(rf"{_NAME_PART}\.{_NAME_PART}")
 _IDENTIFIER_OR_EMPTY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)?")
 
 
@@ -84,6 +88,9 @@ class Source:
                                 "process", choices=("process", "spark"))
     snapshot_reader: str = _key("auto (native where every column allows), native (connectorx), "
                                 "or pymysql", "auto", choices=("auto", "native", "pymysql"))
+    verify_timeout_seconds: float = _key("`cdc-sql verify` reads the source in a read-only "
+                                         "transaction whose statements stop after this many "
+                                         "seconds", 600.0, minimum=0.001)
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,9 @@ class Engine:
 @dataclass(frozen=True)
 class Table:
     name: str = _key("silver table name: <target.path>/silver/<name>", pattern=_IDENTIFIER)
-    source: str = _key("db.table, or a regular expression matching whole db.table names")
+    source: str = _key("db.table (either name in backticks when it holds other characters "
+                       "than letters, digits, _ and $), or a regular expression matching whole "
+                       "db.table names")
     projection: str = _key("SELECT ... FROM <table> [WHERE ...], MySQL or Spark SQL", "")
     primary_key: list[str] = _key("key columns, for tables without a primary key", [])
     history: bool = _key("also keep <name>_history: every version of every row (SCD type 2: "
@@ -122,17 +131,23 @@ class Table:
 
     @property
     def is_pattern(self) -> bool:
-        """Literal `db.table` (identifier characters only) or a regular expression."""
-        return not re.fullmatch(r"[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+", self.source)
+        """Literal `db.table` (plain or backtick-quoted names) or a regular expression."""
+        return not _LITERAL_SOURCE.fullmatch(self.source)
 
     def matches(self, db: str, table: str) -> bool:
-        if not self.is_pattern:
-            return self.source.lower() == f"{db}.{table}".lower()
+        parts = self.literal_parts
+        if parts is not None:
+            return (parts[0].lower(), parts[1].lower()) == (db.lower(), table.lower())
         return re.fullmatch(self.source, f"{db}.{table}") is not None
 
     @property
     def literal_parts(self) -> tuple[str, str] | None:
-        return tuple(self.source.split(".")) if not self.is_pattern else None  # type: ignore
+        """(db, table) of a literal source, backticks removed."""
+        match = _LITERAL_SOURCE.fullmatch(self.source)
+        if match is None:
+            return None
+        return tuple(p[1:-1].replace("``", "`") if p.startswith("`") else p  # type: ignore
+                     for p in match.groups())
 
 
 @dataclass(frozen=True)
@@ -252,7 +267,8 @@ def _check_tables(pipeline: Pipeline, doc: Document) -> None:
     for i, table in enumerate(pipeline.tables):
         path = f"tables[{i}]"
         if table.name.lower() in seen:
-            raise doc.error(f"table name `{table.name}` is used twice (also tables[{seen[table.name.lower()]}])",
+            raise doc.error(f"table name `{table.name}` is used twice "
+                            f"(also tables[{seen[table.name.lower()]}])",
                             f"{path}.name")
         seen[table.name.lower()] = i
     for i, table in enumerate(pipeline.tables):

@@ -1,9 +1,14 @@
 """Projections: `SELECT ... FROM <table> [WHERE ...]`, checked and transpiled with sqlglot.
 
 A projection maps one source row to one silver row, so it must be row-by-row and repeatable:
-one table, no joins, subqueries, aggregates, windows, ordering or non-deterministic functions, and
-every primary-key column kept. The WHERE becomes a membership test: a row that stops matching
-leaves silver, one that starts matching enters it.
+one table, no joins, subqueries, aggregates, windows or ordering, every primary-key column kept,
+and only the functions of the allow-list below: deterministic built-ins without side effects
+that exist in Spark SQL and in MySQL with the same results (silver computes them in Spark,
+`verify` on the source), plus the functions registered from `udfs/`. Anything else (reflection,
+file access, user, session or time functions, generators...) is refused with its name: a
+pipeline file is edited by analysts, and a projection runs on the engine and on the source
+(docs/security.md). The WHERE becomes a membership test: a row that stops matching leaves
+silver, one that starts matching enters it.
 """
 from __future__ import annotations
 
@@ -18,6 +23,22 @@ from cdc_sql.sql import quote
 
 DIALECTS = ("mysql", "spark")
 
+# The allow-list, as sqlglot's expression classes (the names a projection may write for them are
+# listed in docs/pipeline-yaml.md). tests/integration/test_projection_functions.py runs every one
+# on MariaDB and on the engine and requires the same results.
+ALLOWED_FUNCTIONS = {
+    "strings": ("Upper", "Lower", "Concat", "ConcatWs", "Substring", "Trim", "Left", "Right",
+                "Pad", "Replace", "Reverse", "Repeat", "StrPosition", "Hex", "Space"),
+    "hashes": ("MD5", "SHA", "SHA2"),
+    "conditions": ("Coalesce", "If", "Nullif", "Case", "And", "Or"),
+    "numbers": ("Abs", "Round", "Floor", "Ceil", "Pow", "Sqrt", "Sign", "Exp", "Ln"),
+    "dates": ("Year", "Month", "Day", "DayOfMonth", "Hour", "Minute", "Second", "TsOrDsToDate",
+              "DateDiff", "DayOfWeek", "DayOfYear", "Quarter", "LastDay", "WeekOfYear"),
+    "types": ("Cast",),
+}
+ALLOWED_NAMES = ("CRC32",)  # functions sqlglot does not model, by name
+_ALLOWED_CLASSES = tuple(getattr(exp, name) for names in ALLOWED_FUNCTIONS.values()
+                         for name in names)
 _NON_DETERMINISTIC_CLASSES = tuple(
     getattr(exp, name) for name in (
         "Rand", "Randn", "Uuid", "CurrentDate", "CurrentTime", "CurrentTimestamp",
@@ -95,7 +116,30 @@ def parse_projection(sql: str, table) -> exp.Select:
         if isinstance(node, _NON_DETERMINISTIC_CLASSES) or name in _NON_DETERMINISTIC_NAMES:
             raise ConfigError(f"`{node.sql()}` is not deterministic: replaying a change must give "
                               f"the same silver row")
+        _check_allowed(node, name)
     return tree
+
+
+def _check_allowed(node: exp.Func, name: str) -> None:
+    import udfs
+
+    if isinstance(node, _ALLOWED_CLASSES) and not _converts_charset(node):
+        return
+    if name and (name in ALLOWED_NAMES or name.lower() in {u.lower() for u in udfs.UDFS}):
+        return
+    shown = node.sql(dialect="mysql")
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise ConfigError(
+        f"`{shown}` is not allowed in a projection: a projection may call the deterministic "
+        f"built-ins that Spark SQL and MySQL both have with the same results (string, hash, "
+        f"condition, number and date functions, CAST; the list is in docs/pipeline-yaml.md) "
+        f"and the functions registered in udfs/. Functions that reach files, the session, "
+        f"the clock or the JVM (LOAD_FILE, USER, NOW, reflect, java_method...) never are")
+
+
+def _converts_charset(node) -> bool:
+    """CONVERT(x USING cs) parses as a CAST that Spark cannot run."""
+    return isinstance(node, exp.Cast) and "CHARACTER SET" in node.sql(dialect="mysql").upper()
 
 
 def resolve_projection(table, columns: list[str], key: list[str]) -> Projection:

@@ -8,10 +8,10 @@ every table lives under the root (docs/architecture.md, "Layout").
     <root>/_staging/<name>                 a batch's last change per key, before its MERGE
     <root>/_state/checkpoint               the checkpoint (lake/state.py)
 
-Source names become path components through `path_name`: letters, digits, `_` and `-` stay,
-every other byte of the name's UTF-8 is written `~HH` (so `.` separates database and table
-unambiguously, and quotes, brackets, `$`, `|`, `@` or non-ASCII letters never reach an object
-store URL or a SQL path literal as they are).
+Source names become path components through `path_name`: letters, digits and `_` stay, every
+other byte of the name's UTF-8 is written `-HH` (so `.` separates database and table
+unambiguously, and quotes, brackets, `$`, `|`, `@`, `~` or non-ASCII letters never reach an
+object store URL or a SQL path literal as they are: Sail percent-encodes some of them).
 """
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 
 from cdc_sql.lake.tables import TableOps, storage, table_ops
 
-_SAFE = re.compile(rb"[A-Za-z0-9_-]")
+_SAFE = re.compile(rb"[A-Za-z0-9_]")
 
 
 def path_name(name: str) -> str:
     """A source database or table name as one path component (reversible)."""
-    return "".join(chr(b) if _SAFE.fullmatch(bytes([b])) else f"~{b:02X}"
+    return "".join(chr(b) if _SAFE.fullmatch(bytes([b])) else f"-{b:02X}"
                    for b in name.encode("utf-8"))
 
 

@@ -149,6 +149,13 @@ def stats_configuration(schema: pa.Schema) -> dict | None:
     return {"delta.dataSkippingStatsColumns": kept}
 
 
+def stats_properties(schema) -> dict:
+    """`stats_configuration` for a Spark schema: table properties of a new table."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return stats_configuration(to_arrow_schema(schema)) or {}
+
+
 def _marked():
     from deltalake import CommitProperties
 

@@ -2,9 +2,10 @@
 
 On MySQL with gtid_mode=ON a split's low watermark is `@@global.gtid_executed`, read just before
 its snapshot starts: it holds committed transactions only, so every transaction in it is
-visible to the SELECT (DESIGN 3). The binlog reader then resolves that set to a binlog offset:
-the start of the first transaction whose GTID is not in the set. Transactions commit in binlog
-order (binlog_order_commits), so the set is a prefix of the binlog and the offset is exact.
+visible to the SELECT (docs/architecture.md, "Watermarks"). The binlog reader then resolves that
+set to a binlog offset: the start of the first transaction whose GTID is not in the set.
+Transactions commit in binlog order (binlog_order_commits), so the set is a prefix of the binlog
+and the offset is exact.
 """
 from __future__ import annotations
 

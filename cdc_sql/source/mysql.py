@@ -72,6 +72,37 @@ def cursor(source, streaming: bool = False) -> Iterator[pymysql.cursors.Cursor]:
         conn.close()
 
 
+_STATEMENT_TIMEOUT = (1969, 3024)  # MariaDB max_statement_time, MySQL MAX_EXECUTION_TIME
+
+
+@contextmanager
+def read_only_cursor(source, statement_seconds: float) -> Iterator[pymysql.cursors.Cursor]:
+    """A cursor in a read-only transaction whose statements stop after `statement_seconds`
+    (`verify`: a heavy projection must not load a production primary for long)."""
+    conn = connect(source, cursorclass=pymysql.cursors.Cursor, autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            if is_mariadb(cur):
+                cur.execute("SET SESSION max_statement_time = %s", (float(statement_seconds),))
+            else:
+                cur.execute("SET SESSION MAX_EXECUTION_TIME = %s",
+                            (int(statement_seconds * 1000),))
+            cur.execute("START TRANSACTION READ ONLY")
+            yield cur
+    except pymysql.err.MySQLError as exc:
+        if exc.args and exc.args[0] in _STATEMENT_TIMEOUT:
+            raise SourceError(f"a query of verify on {where(source)} ran longer than "
+                              f"source.verify_timeout_seconds ({statement_seconds:g} s) and was "
+                              f"stopped: verify fewer tables at once (--tables), or raise the "
+                              f"limit") from None
+        raise explain(exc, source) from None
+    finally:
+        try:
+            conn.rollback()
+        finally:
+            conn.close()
+
+
 def variables(cur, *names: str) -> dict[str, str]:
     """Global variables by name (lower-case keys); missing ones are absent."""
     cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN (" +

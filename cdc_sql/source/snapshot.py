@@ -4,7 +4,7 @@ Two readers, same rows, same types:
 - `native` (default when every column allows it): connectorx, in Rust, Arrow out, about 7x the
   rows/s of pymysql. It opens its own connection, so the watermark is the consistent-snapshot
   position read *before* its SELECT starts: every transaction at or before it is visible to the
-  SELECT; later ones may be too, and replaying them over the rows is harmless (DESIGN 3).
+  SELECT; later ones may be too, and replaying them over the rows is harmless (docs/architecture.md).
   Columns a native reader would get wrong are cast in the SELECT (DECIMAL and TIME as text, zero
   dates as NULL) and restored to the contract types in Arrow.
 - `pymysql`: an unbuffered cursor inside the consistent-snapshot transaction itself (exact), with

@@ -1,4 +1,5 @@
-"""Binlog positions the source reports: the current end, and safe snapshot watermarks (DESIGN 3).
+"""Binlog positions the source reports: the current end, and safe snapshot watermarks
+(docs/architecture.md, "Watermarks").
 
 On MariaDB (and Percona) `START TRANSACTION WITH CONSISTENT SNAPSHOT` pins a read view and
 `binlog_snapshot_file/position` say exactly where in the binlog that view stands: every

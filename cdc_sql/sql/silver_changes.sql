@@ -1,6 +1,6 @@
 -- The last candidate per key (by offset): what silver must hold for that key.
 -- Snapshot rows stand at their split's watermark, so binlog changes at or before it lose to
--- them: this ordering is the watermark filter (DESIGN section 3). (An anti-join, not
+-- them: this ordering is the watermark filter (docs/architecture.md). (An anti-join, not
 -- ROW_NUMBER: 20% faster on Sail; a key has one candidate per offset.)
 SELECT {{ output }}
 FROM {{ candidates }} AS c

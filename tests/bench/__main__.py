@@ -13,14 +13,16 @@ from tests.bench import binlog, scale, snapshot
 
 # stage -> (run, default sizes: the second 4x the first)
 STAGES = {"snapshot": (snapshot.run, [500_000, 2_000_000]),
-          "binlog": (binlog.run, [50_000, 200_000]),
+          "binlog": (binlog.run, [250_000, 1_000_000]),
+          "wide": (binlog.run_wide, [100_000, 400_000]),
+          "bigtxn": (binlog.run_big_transaction, [1_000_000, 5_000_000]),
           "scale": (scale.run, [10_000_000])}  # not in the default stages: minutes, not seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", help="table sizes for every stage (default: per stage)")
-    parser.add_argument("--stages", default="snapshot,binlog",
+    parser.add_argument("--stages", default="snapshot,binlog,wide,bigtxn",
                         help=f"comma-separated, of {', '.join(STAGES)}")
     args = parser.parse_args()
     results = []
@@ -29,13 +31,13 @@ def main() -> None:
             run, sizes = STAGES[stage]
             for rows in [int(s) for s in args.sizes.split(",")] if args.sizes else sizes:
                 results += run(db, rows)
-    print(f"\n{'stage':<36} {'rows':>10} {'seconds':>8} {'rows/s':>11} {'ratio':>6}  "
-          f"{'vs':<16} {'peak MB':>8}")
+    print(f"\n{'stage':<52} {'rows':>10} {'seconds':>8} {'rows/s':>11} {'ratio':>7}  "
+          f"{'vs':<20} {'peak MB':>8}")
     for r in results:
         ratio = f"{r.ratio:.2f}x" if r.ratio else ""
         peak = f"{r.peak_mb:.0f}" if r.peak_mb else ""
-        print(f"{r.stage:<36} {r.rows:>10,} {r.seconds:>8.2f} {r.rate:>11,.0f} {ratio:>6}  "
-              f"{r.baseline:<16} {peak:>8}")
+        print(f"{r.stage:<52} {r.rows:>10,} {r.seconds:>8.2f} {r.rate:>11,.0f} {ratio:>7}  "
+              f"{r.baseline:<20} {peak:>8}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,20 @@
-"""Binlog capture into bronze against a bare BinLogStreamReader parse of the same events."""
+"""Capture (source to committed bronze) and the silver step, at default settings, against
+baselines measured in the same run on the same events:
+
+- the bare python-mysql-replication parse (`BinLogStreamReader`, rows decoded, nothing written);
+- MariaDB's C decoder, `mariadb-binlog --base64-output=DECODE-ROWS -vv`, over the same binlog
+  files fetched raw (`--read-from-remote-server --raw`, timed apart);
+- one bare `MERGE INTO` of the same changes, deduplicated and typed, for the silver step.
+
+The changes are UPDATEs in transactions of 5,000 rows (every row once). The `bigtxn` stage
+updates every row of a table in one transaction and reports the peak memory of the capture.
+"""
 from __future__ import annotations
+
+import glob
+import json
+import shutil
+import subprocess
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -10,6 +25,7 @@ from tests.bench.common import (Result, create_table, run_child, run_cli, timed,
 
 
 def make_changes(db: MariaDB, table: str, rows: int, per_transaction: int = 5_000) -> tuple:
+    db.execute("FLUSH BINARY LOGS")
     start = db.query("SHOW MASTER STATUS")[0][:2]
     with db.connect("bench") as conn, conn.cursor() as cur:
         for low in range(1, rows + 1, per_transaction):
@@ -18,7 +34,7 @@ def make_changes(db: MariaDB, table: str, rows: int, per_transaction: int = 5_00
     return start
 
 
-def bare_parse(db: MariaDB, table: str, start: tuple) -> float:
+def bare_parse(db: MariaDB, table: str, start: tuple) -> tuple[int, float]:
     def parse() -> int:
         stream = BinLogStreamReader(
             connection_settings={"host": "127.0.0.1", "port": db.port, "user": USER,
@@ -29,15 +45,28 @@ def bare_parse(db: MariaDB, table: str, start: tuple) -> float:
         n = sum(len(event.rows) for event in stream)
         stream.close()
         return n
-    rows, seconds = timed(parse)
-    return rows / seconds
+    return timed(parse)
+
+
+def c_decoder(db: MariaDB, start: tuple, work) -> tuple[float, float]:
+    """Seconds to fetch the binlog raw, and for mariadb-binlog -vv to decode it to text."""
+    raw = work / "raw"
+    raw.mkdir(exist_ok=True)
+    fetch = (f"mariadb-binlog --read-from-remote-server --raw --to-last-log -h127.0.0.1 "
+             f"-P{db.port} -u{USER} -p{PASSWORD} --result-file={raw}/ {start[0]}")
+    _, fetch_seconds = timed(lambda: subprocess.run(fetch, shell=True, check=True,
+                                                    capture_output=True))
+    files = sorted(glob.glob(f"{raw}/*"))
+    decode = (f"mariadb-binlog --base64-output=DECODE-ROWS -vv --start-position={start[1]} "
+              f"{' '.join(files)} > /dev/null")
+    _, decode_seconds = timed(lambda: subprocess.run(decode, shell=True, check=True))
+    shutil.rmtree(raw, ignore_errors=True)
+    return fetch_seconds, decode_seconds
 
 
 def bare_merge(db: MariaDB, table: str, work, silver_copy: str) -> float:
     """One MERGE INTO of the same changes, pre-deduplicated (every row changed once: the table
     as it is now), into a copy of silver taken before the measured run."""
-    import json
-
     import pyarrow as pa
     from deltalake import write_deltalake
 
@@ -59,28 +88,61 @@ def bare_merge(db: MariaDB, table: str, work, silver_copy: str) -> float:
     changes = str(work / "bare_changes")
     write_deltalake(changes, rows)
     out, _ = run_child("-m", "tests.bench.merge_child", silver_copy, changes, "id")
-    return n / json.loads(out.strip().splitlines()[-1])["seconds"]
+    return json.loads(out.strip().splitlines()[-1])["seconds"]
 
 
-def run(db: MariaDB, rows: int) -> list[Result]:
-    import shutil
-
-    table = create_table(db, rows, "binlog")
+def run(db: MariaDB, rows: int, wide: bool = False) -> list[Result]:
+    kind = "wide table" if wide else "7 columns"
+    table = create_table(db, rows, "binlog", wide)
     work = workdir()
     pipeline = write_pipeline(db, table, work, chunk_size=100_000)
-    run_cli(pipeline)  # the snapshot, so the measured run only captures
+    run_cli(pipeline)  # the snapshot, so the measured run only captures and merges
     silver_copy = str(work / "silver_copy")
     shutil.copytree(work / "lake" / "silver" / table, silver_copy)
     start = make_changes(db, table, rows)
-    bare = bare_parse(db, table, start)
+    parsed, bare = bare_parse(db, table, start)
+    assert parsed == rows, parsed
+    fetch, decode = c_decoder(db, start, work)
     summary, peak = run_cli(pipeline)
     assert summary["captured_changes"] == rows, summary
-    merge_rate = bare_merge(db, table, work, silver_copy)
+    merge = bare_merge(db, table, work, silver_copy)
+    label = f"({kind})"
     return [
-        Result("bare BinLogStreamReader parse", rows, rows / bare),
-        Result("binlog -> bronze", rows,
-               summary["seconds_capture"], peak, "bare parse", bare),
-        Result("bare Sail MERGE (deduplicated)", rows, rows / merge_rate),
-        Result("silver step (filter, dedup, MERGE)", rows, summary["seconds_merge"], peak,
-               "bare MERGE", merge_rate),
+        Result(f"bare BinLogStreamReader parse {label}", rows, bare),
+        Result(f"mariadb-binlog --raw fetch {label}", rows, fetch),
+        Result(f"mariadb-binlog -vv decode {label}", rows, decode),
+        Result(f"capture -> bronze {label}", rows, summary["seconds_capture"], peak,
+               "bare parse", rows / bare),
+        Result(f"capture -> bronze {label}", rows, summary["seconds_capture"], peak,
+               "mariadb-binlog -vv", rows / decode),
+        Result(f"bare Sail MERGE (deduplicated) {label}", rows, merge),
+        Result(f"silver step (filter, dedup, MERGE) {label}", rows, summary["seconds_merge"],
+               peak, "bare MERGE", rows / merge),
+    ]
+
+
+def run_wide(db: MariaDB, rows: int) -> list[Result]:
+    return run(db, rows, wide=True)
+
+
+def run_big_transaction(db: MariaDB, rows: int) -> list[Result]:
+    """Every row of a table updated in one transaction: capture alone (its peak memory must not
+    follow the transaction's size), then the whole run that merges it."""
+    table = create_table(db, rows, "bigtxn")
+    work = workdir()
+    pipeline = write_pipeline(db, table, work, chunk_size=250_000)
+    run_cli(pipeline)
+    db.execute("FLUSH BINARY LOGS")
+    start = db.query("SHOW MASTER STATUS")[0][:2]
+    db.execute(f"UPDATE bench.{table} SET a = a + 1, b = CONCAT(b, 'x')")
+    fetch, decode = c_decoder(db, start, work)
+    out, capture_peak = run_child("-m", "tests.bench.capture_child", str(pipeline))
+    captured = json.loads(out.strip().splitlines()[-1])
+    assert captured["changes"] == rows, captured
+    summary, run_peak = run_cli(pipeline)
+    return [
+        Result("one-transaction UPDATE: mariadb-binlog -vv", rows, decode),
+        Result("one-transaction UPDATE: capture alone", rows, captured["seconds"], capture_peak,
+               "mariadb-binlog -vv", rows / decode),
+        Result("one-transaction UPDATE: the run merging it", rows, summary["seconds"], run_peak),
     ]

@@ -15,6 +15,29 @@ from cdc_sql.devdb import PASSWORD, USER, MariaDB
 
 TABLE_DDL = ("CREATE TABLE bench.{name} (id BIGINT PRIMARY KEY, a INT, b VARCHAR(40), "
              "c DECIMAL(12,2), d DATETIME(6), e DOUBLE, f TIMESTAMP NULL)")
+# A wide table: 33 columns of mixed types (the binlog carries all of them, before and after).
+WIDE_COLUMNS = [
+    ("a", "INT", "seq % 1000"), ("b", "VARCHAR(40)", "CONCAT('name-', seq)"),
+    ("ti", "TINYINT", "seq % 100"), ("tu", "TINYINT UNSIGNED", "seq % 200"),
+    ("si", "SMALLINT", "seq % 30000"), ("mi", "MEDIUMINT", "seq % 8000000"),
+    ("iu", "INT UNSIGNED", "seq"), ("bi", "BIGINT", "seq * 1000003"),
+    ("bu", "BIGINT UNSIGNED", "seq * 7"), ("b1", "TINYINT(1)", "seq % 2"),
+    ("de", "DECIMAL(12,2)", "seq / 7"), ("dw", "DECIMAL(30,10)", "seq / 3"),
+    ("fl", "FLOAT", "seq / 9"), ("db", "DOUBLE", "seq * 1.5"),
+    ("dt", "DATE", "'2020-01-01' + INTERVAL (seq % 3000) DAY"),
+    ("dt6", "DATETIME(6)", "'2024-01-01' + INTERVAL seq SECOND"),
+    ("ts6", "TIMESTAMP(6) NULL", "'2024-01-01' + INTERVAL (seq % 5000000) MINUTE"),
+    ("tm", "TIME(3)", "SEC_TO_TIME(seq % 86400)"), ("y", "YEAR", "1901 + seq % 250"),
+    ("ch", "CHAR(8)", "LEFT(MD5(seq), 8)"), ("vc", "VARCHAR(100)", "REPEAT('x', seq % 60)"),
+    ("la", "VARCHAR(20) CHARACTER SET latin1", "CONCAT('café ', seq)"),
+    ("tx", "TEXT", "CONCAT('some text ', seq)"),
+    ("en", "ENUM('new','paid','shipped')", "1 + seq % 3"),
+    ("st", "SET('a','b','c','d')", "seq % 16"), ("bt", "BIT(12)", "seq % 4096"),
+    ("bn", "BINARY(4)", "UNHEX(LPAD(HEX(seq % 65536), 8, '0'))"),
+    ("vb", "VARBINARY(16)", "UNHEX(MD5(seq))"), ("bl", "BLOB", "UNHEX(REPEAT('ab', seq % 20))"),
+    ("js", "JSON", "JSON_OBJECT('k', seq)"), ("n1", "INT NULL", "IF(seq % 3 = 0, NULL, seq)"),
+    ("n2", "VARCHAR(10) NULL", "IF(seq % 2 = 0, NULL, 'x')"),
+]
 
 
 @dataclass
@@ -35,12 +58,18 @@ class Result:
         return self.rate / self.baseline_rate if self.baseline_rate else None
 
 
-def create_table(db: MariaDB, rows: int, stage: str) -> str:
-    name = f"{stage}_{rows}"
-    db.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE_DDL.format(name=name),
-               f"INSERT INTO bench.{name} SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 7, "
-               f"'2024-01-01' + INTERVAL seq SECOND, seq * 1.5, '2024-01-01' + INTERVAL (seq % 5000000) MINUTE "
-               f"FROM bench.seq_1_to_{rows}")
+def create_table(db: MariaDB, rows: int, stage: str, wide: bool = False) -> str:
+    name = f"{stage}_{'wide_' if wide else ''}{rows}"
+    if wide:
+        ddl = (f"CREATE TABLE bench.{name} (id BIGINT PRIMARY KEY, " +
+               ", ".join(f"{c} {t}" for c, t, _ in WIDE_COLUMNS) + ")")
+        values = ", ".join(v for _, _, v in WIDE_COLUMNS)
+    else:
+        ddl = TABLE_DDL.format(name=name)
+        values = ("seq % 1000, CONCAT('name-', seq), seq / 7, '2024-01-01' + INTERVAL seq SECOND, "
+                  "seq * 1.5, '2024-01-01' + INTERVAL (seq % 5000000) MINUTE")
+    db.execute("CREATE DATABASE IF NOT EXISTS bench", ddl,
+               f"INSERT INTO bench.{name} SELECT seq, {values} FROM bench.seq_1_to_{rows}")
     return name
 
 

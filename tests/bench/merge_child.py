@@ -4,6 +4,7 @@ import sys
 import time
 
 from cdc_sql import engine as engines
+from cdc_sql.lake.tables import table_ref
 from cdc_sql.sql import quote
 
 
@@ -12,7 +13,7 @@ def main(silver: str, changes: str, key: str) -> None:
     try:
         engine.read(changes).createOrReplaceTempView("bare_changes")
         columns = [quote(c) for c in engine.read(silver).columns]
-        sql = (f"MERGE INTO {engine.table_ref(silver)} AS t USING bare_changes AS s "
+        sql = (f"MERGE INTO {table_ref(silver)} AS t USING bare_changes AS s "
                f"ON t.{quote(key)} = s.{quote(key)} "
                f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in columns)} "
                f"WHEN NOT MATCHED THEN INSERT ({', '.join(columns)}) "

@@ -5,7 +5,8 @@ import time
 
 from cdc_sql import engine as engines
 from cdc_sql.config.model import load_pipeline
-from cdc_sql.pipeline import Runner, inspect_source
+from cdc_sql.pipeline import Runner
+from cdc_sql.source.preflight import inspect_source
 
 
 def main(path: str) -> None:

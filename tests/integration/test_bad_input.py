@@ -86,8 +86,21 @@ VALID = """\
      ("source.password", "written in the pipeline file", "password_file")),
     (("    source: shop.orders", "    source: shop.orders\n    projection: SELECT id, FROM x"),
      ("tables[0].projection",)),
+    (("    source: shop.orders", "    source: shop.orders\n    projection: "
+      "SELECT id, '${TEST_MYSQL_PASSWORD}' AS s FROM orders"),
+     ("tables[0].projection", "only the keys that configure connections and paths")),
+    (("    source: shop.orders", "    source: shop.orders\n    projection: "
+      "SELECT id, reflect('java.lang.Thread', 'sleep', 1000L) AS x FROM orders"),
+     ("tables[0].projection", "REFLECT(", "not allowed in a projection")),
+    (("    source: shop.orders", "    source: shop.orders\n    projection: "
+      "SELECT id, java_method('java.lang.System', 'getenv', 'HOME') AS x FROM orders"),
+     ("tables[0].projection", "JAVA_METHOD(", "not allowed in a projection")),
+    (("    source: shop.orders", "    source: shop.orders\n    projection: "
+      "SELECT id, LOAD_FILE('/etc/passwd') AS f FROM orders"),
+     ("tables[0].projection", "LOAD_FILE(", "not allowed in a projection")),
 ], ids=["yaml-syntax", "unknown-key", "wrong-type", "unset-variable", "two-passwords",
-        "password-in-the-file", "projection-syntax"])
+        "password-in-the-file", "projection-syntax", "environment-in-a-projection",
+        "reflection", "java-method", "file-access"])
 def test_pipeline_file_errors(tmp_path, capsys, change, fragments):
     old, new = change
     file = write(tmp_path, VALID.replace(old, new.replace("\n", "\n    "), 1))

@@ -9,7 +9,6 @@ import pytest
 from chispa import assert_df_equality
 
 from cdc_sql.lake.lake import Lake
-from cdc_sql.source.schema import SourceTable
 from tests.integration.helpers import assert_silver_equals, run, state_log
 from tests.integration.writer import RandomWriter
 

@@ -1,5 +1,5 @@
 """Every MySQL type family, at its boundaries, arrives in silver with the source's value, whether
-the row came by snapshot, by a binlog insert or by a binlog update (DESIGN section 4).
+the row came by snapshot, by a binlog insert or by a binlog update (docs/types.md).
 
 The server runs in a non-UTC time zone (+05:30), so TIMESTAMPs must be converted to the UTC
 instant on every path. Expected values come from MariaDB itself, in the contract's form (text of

@@ -170,3 +170,26 @@ def test_tls_files_resolved_and_checked(tmp_path):
     assert err.path == "source.snapshot_reader" and "TLS" in str(err)
     plain = load_pipeline(write(tmp_path, GOOD), environ={"PW": "p"}).source
     assert plain.ssl.pymysql() is None
+
+
+@pytest.mark.parametrize("key, old, new", [
+    ("tables[0].projection", "SELECT id, amount FROM orders WHERE amount > 0",
+     "SELECT id, '${MYSQL_PASSWORD}' AS s FROM orders"),
+    ("tables[0].source", "source: shop.orders", "source: shop.${TABLE}"),
+    ("tables[0].name", "- name: orders", "- name: ${NAME}"),
+    ("name", "name: shop", "name: ${NAME}"),
+])
+def test_the_environment_reaches_only_connection_and_path_keys(tmp_path, key, old, new):
+    """Analysts edit projections and table names; the environment holds the job's secrets."""
+    err = error_for(tmp_path, GOOD.replace(old, new, 1), {
+        "PW": "x", "MYSQL_PASSWORD": "hunter2", "TABLE": "orders", "NAME": "orders"})
+    assert err.path == key and "hunter2" not in str(err)
+    assert "only the keys that configure connections and paths" in str(err)
+
+
+def test_connection_and_path_keys_take_the_environment(tmp_path):
+    from cdc_sql.config.loader import INTERPOLATED
+
+    text = GOOD.replace("  path: ./lake", "  path: ${LAKE:-./lake}")
+    assert load_pipeline(write(tmp_path, text), environ={"PW": "x"}).target.path.endswith("lake")
+    assert {"source.host", "source.password", "target.path", "engine.url"} <= set(INTERPOLATED)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import rowdecode_c
 from cdc_sql.source.charsets import TextDecoding
-from cdc_sql.source.rows import ColumnSpec, PyBuilder, TableDecoder
+from cdc_sql.source.rows import ColumnSpec, TableDecoder
 from tests.unit import rowimages as raw
 
 UTC = dt.timezone.utc

@@ -1,0 +1,4 @@
+-- Whether every key has one candidate in the window (then they are the changes as they are, and
+-- the last-change-per-key step and its staging are skipped).
+SELECT COUNT(*) = COUNT(DISTINCT {{ key }})
+FROM {{ candidates }}

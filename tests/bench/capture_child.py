@@ -1,0 +1,28 @@
+"""Child process for the capture benchmark: only the capture phase (source to committed bronze),
+so its time and peak memory are its own (the engine is started, as a run has it)."""
+import json
+import sys
+import time
+
+from cdc_sql import engine as engines
+from cdc_sql.config.model import load_pipeline
+from cdc_sql.pipeline import Runner
+from cdc_sql.source.preflight import inspect_source
+
+
+def main(path: str) -> None:
+    pipeline = load_pipeline(path)
+    engine = engines.start(pipeline.engine.mode)
+    try:
+        runner = Runner(pipeline, engine)
+        view = inspect_source(pipeline)
+        runner.ensure_bronze(view)
+        started = time.perf_counter()
+        changes = runner.capture(view, runner.state.load(), view.end)
+        print(json.dumps({"changes": changes, "seconds": time.perf_counter() - started}))
+    finally:
+        engine.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
