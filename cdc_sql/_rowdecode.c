@@ -538,7 +538,8 @@ static int append_value(Builder *b, Column *c, int64_t row, const unsigned char 
         return end_var(&c->values, &c->offsets);
     }
     }
-    snprintf(b->error, sizeof b->error, "binlog type %d is not supported", c->type);
+    snprintf(b->error, sizeof b->error, "column %d (binlog type %d, metadata %d) is not supported",
+             (int)(c - b->cols), c->type, c->meta);
     return -2;
 }
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from cdc_sql import faults
 from cdc_sql.lake import bronze
+from cdc_sql.lake.tables import each
 from cdc_sql.lake.state import CaptureEntry, SplitEntry
 from cdc_sql.source.binlog import BinlogReader
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
@@ -42,17 +43,25 @@ class Pass:
 
 
 class Capture:
-    def __init__(self, lake, state, source, tables, mariadb: bool, matches, stop=None):
+    def __init__(self, lake, state, source, tables, mariadb: bool, matches, stop=None,
+                 server: str = ""):
         self.lake, self.state, self.source = lake, state, source
         self.tables = {(t.db, t.name): t for t in tables}
         self.mariadb, self.matches, self.stop = mariadb, matches, stop
+        self.server = server  # the identity of the server read (source/failover.py)
 
     def run(self, checkpoint, start: Position, stop_at: Position, seen_at: str,
-            gtid: str = "") -> Pass:
+            gtid: str = "", by_gtid: bool = False, base: int = 0) -> Pass:
         """Capture from `start` (the recorded position, or the lowest watermark) to `stop_at`;
-        `seen_at` is when the source was at `stop_at` (for lag)."""
+        `seen_at` is when the source was at `stop_at` (for lag). `by_gtid`: another server
+        than the one `start` is a place on; read from the GTID position `gtid` there, its
+        files numbered from `base` on."""
         saved = checkpoint.capture
         landing = {tuple(t) for t in saved.landing} if saved else set()
+        if by_gtid and landing:  # rows landed past `start` on the old server: read again here
+            bronze.drop_after(self.lake, sorted(landing), start.offset)
+            landing = set()
+            self.state.write(replace(saved, landing=[]))
         skip = bronze.landed_after(self.lake, sorted(landing), start.offset) if landing else {}
         result = Pass(started_at=start.offset.text)
         # Rows an earlier run landed past `start` are this window's changes too: those tables
@@ -61,12 +70,13 @@ class Capture:
             f"{db}.{name}" for db, name in (self.tables if bronze.STATEMENTS in landing
                                             else landing) if db)
         self.committed = saved if saved and saved.position == str(start) else \
-            CaptureEntry(position=str(start), gtid=gtid)
+            CaptureEntry(position=str(start), gtid=gtid, server=self.server)
         self.landing = landing
-        if start.offset >= stop_at.offset and not skip:
-            if not saved or saved.position != str(start) or landing:
+        if start.offset >= stop_at.offset and not skip and not by_gtid:
+            if not saved or saved.position != str(start) or landing or \
+                    saved.server != self.server:
                 self._commit(CaptureEntry(position=str(start), gtid=self.committed.gtid,
-                                          source_time=seen_at), [])
+                                          source_time=seen_at, server=self.server), [])
             return result
         pending = {s.name: s for s in checkpoint.all_splits() if s.done and not s.watermark}
         marks = GtidWatermarks({name: GtidSet.parse(s.watermark_gtid)
@@ -74,7 +84,8 @@ class Capture:
         batch_rows = self.source.binlog_batch_rows
         reader = BinlogReader(self.source, list(self.tables.values()), start, stop_at,
                               self.mariadb, gtid_marks=marks, gtid_state=self.committed.gtid,
-                              matches=self.matches, skip=skip, part_rows=batch_rows)
+                              matches=self.matches, skip=skip, part_rows=batch_rows,
+                              server=self.server, by_gtid=by_gtid, base=base)
         last_flush = time.monotonic()
         try:
             for kind in reader.read():
@@ -111,8 +122,8 @@ class Capture:
         if not touched <= self.landing:  # the tables about to be written, before writing them
             self.landing |= touched
             self.state.write(replace(self.committed, landing=sorted(map(list, self.landing))))
-        for key, batches in batch.tables.items():
-            bronze.append_changes(self.lake, self.tables[key], batches)
+        each(lambda item: bronze.append_changes(self.lake, self.tables[item[0]], item[1]),
+             batch.tables.items())
         bronze.append_statements(self.lake, batch.statements)
         faults.point("bronze.appended")  # bronze has the batch, state not yet
         rows = batch.rows
@@ -132,12 +143,15 @@ class Capture:
         for entry in resolved:
             pending[entry.name] = entry
         position = str(reader.position)
-        if position == self.committed.position and not self.landing and not resolved:
+        if position == self.committed.position and not self.landing and not resolved and \
+                self.committed.server == self.server:
             return
         # Ended inside a transaction (the connection broke): its parts stay listed.
         landing = self.landing if reader.in_transaction else set()
+        if reader.by_gtid and position == self.committed.position:
+            return  # not a place on this server yet: nothing read here
         self._commit(CaptureEntry(position=position, source_time=source_time,
-                                  gtid=str(reader.gtid_state),
+                                  gtid=str(reader.gtid_state), server=self.server,
                                   landing=sorted(map(list, landing))), resolved)
 
     def _commit(self, entry: CaptureEntry, resolved: list[SplitEntry]) -> None:

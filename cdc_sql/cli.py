@@ -4,12 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 
 from cdc_sql import engine, status
-from cdc_sql.config.json_schema import schema_text
+from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError
 from cdc_sql.lake.lake import Lake
@@ -17,7 +18,7 @@ from cdc_sql.lake.silver import Facts, batch_steps, describe, plan_silver
 from cdc_sql.lake.state import State
 from cdc_sql.lock import target_lock
 from cdc_sql.planner import Window
-from cdc_sql.source import mysql, preflight
+from cdc_sql.source import failover, mysql, preflight
 from cdc_sql.source.splits import plan_splits
 
 log = logging.getLogger("cdc_sql")
@@ -89,8 +90,16 @@ def _parser() -> argparse.ArgumentParser:
     maintain.add_argument("--retention-hours", type=float,
                           help="override target.retention_hours (0: prune and vacuum all it can)")
     _engine_options(maintain)
+    init = commands.add_parser("init", help="print a starter pipeline for a source database",
+                               description="print a commented starter pipeline for a source "
+                                           "database (password from $MYSQL_PASSWORD)")
+    init.add_argument("url", help="mysql://user@host[:port]/database")
+    init.add_argument("--tables", metavar="REGEX", help="only tables whose name matches")
+    init.set_defaults(handler=_init)
     schema = commands.add_parser("schema", help="print the JSON Schema of pipeline YAML",
                                  description="print the JSON Schema of pipeline YAML")
+    schema.add_argument("--markdown", action="store_true",
+                        help="the YAML reference as Markdown instead (docs/pipeline-yaml.md)")
     schema.set_defaults(handler=_schema)
     status = command("status", _status, "show per-table phase, splits and offsets")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -131,6 +140,9 @@ def _validate(args) -> int:
     for grant, why in preflight.needed_grants(source.user, view.mariadb, source.startup,
                                               databases):
         print(f"  {grant};  -- {why}")
+    with mysql.cursor(source) as cur:
+        found = mysql.variables(cur, "log_slave_updates", "gtid_strict_mode")
+    print(f"failover: {failover.readiness(view.mariadb, found)}")
     print(f"{args.pipeline}: valid ({len(plans)} tables, source "
           f"{'MariaDB' if view.mariadb else 'MySQL'}, binlog at {view.end})")
     return 0
@@ -144,9 +156,10 @@ def _plan(args) -> int:
         for plan in _plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
             for table in plan.sources:
-                splits = plan_splits(cur, table, pipeline.source.chunk_size)
-                print(f"-- {table.qualified}: {len(splits)} snapshot splits of up to "
-                      f"{pipeline.source.chunk_size} rows on ({', '.join(table.key)})")
+                splits = plan_splits(cur, table, pipeline.source.chunk_size,
+                                     pipeline.source.parallelism)
+                print(f"-- {table.qualified}: {len(splits)} snapshot splits on "
+                      f"({', '.join(table.key)})")
                 for split in splits:
                     print(f"   split {split.split_id}: [{split.lower}, {split.upper})")
             first = Window("", ":upto", {t.qualified: () for t in plan.sources}, first=True)
@@ -183,7 +196,10 @@ def _run(args) -> int:
                                    args.give_up_after)
         finally:
             engine.stop()
-    log.info("run %s: %s", summary.run_id, summary.outcome)
+    log.info("run %s: %s in %.1f s (snapshot %.1f s, %d rows; capture %.1f s, %d changes; "
+             "silver %.1f s, %d tables)", summary.run_id, summary.outcome, summary.seconds,
+             summary.seconds_snapshot, summary.snapshot_rows, summary.seconds_capture,
+             summary.captured_changes, summary.seconds_merge, len(summary.merged_tables))
     return 0
 
 
@@ -227,8 +243,21 @@ def _maintain(args) -> int:
     return 0
 
 
+def _init(args) -> int:
+    from cdc_sql import init
+
+    source, database = init.parse_url(args.url, os.environ.get(init.PASSWORD_VARIABLE, ""))
+    tables, mariadb, problems = init.read_source(source, database, args.tables)
+    sys.stdout.write(init.starter_yaml(source, database, tables, mariadb, problems))
+    for table in tables:
+        if not table.key:
+            log.warning("%s.%s has no key: fill in its primary_key: in the starter file",
+                        database, table.name)
+    return 0
+
+
 def _schema(args) -> int:
-    sys.stdout.write(schema_text())
+    sys.stdout.write(reference_markdown() if args.markdown else schema_text())
     return 0
 
 

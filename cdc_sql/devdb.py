@@ -113,6 +113,34 @@ class MariaDB:
                 time.sleep(0.1)
         raise TimeoutError(f"mariadbd did not accept connections within {timeout}s")
 
+    # -- replication, for failover tests --------------------------------------------------------
+    def replicate_from(self, primary: "MariaDB") -> None:
+        """Make this server a GTID replica of `primary`, both binlogs starting empty (start
+        both with `--log-slave-updates --gtid-strict-mode=1` and server ids of their own)."""
+        for server in (primary, self):
+            server.execute("RESET MASTER")
+        self.execute("SET GLOBAL gtid_slave_pos = ''",
+                      f"CHANGE MASTER TO master_host='127.0.0.1', master_port={primary.port}, "
+                      f"master_user='{USER}', master_password='{PASSWORD}', "
+                      f"master_use_gtid=slave_pos",
+                      "START SLAVE")
+
+    def caught_up_with(self, primary: "MariaDB", timeout: float = 60) -> None:
+        """Wait until this replica has applied everything in `primary`'s binlog."""
+        (position,), = primary.query("SELECT @@global.gtid_binlog_pos")
+        (waited,), = self.query("SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout))
+        if waited != 0:
+            raise TimeoutError(f"the replica did not reach {position} within {timeout}s")
+
+    def promote(self) -> None:
+        """Stop replicating: this server is the primary now."""
+        self.execute("STOP SLAVE", "RESET SLAVE ALL")
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies as a crashed primary does."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=60)
+
     def connect(self, db: str | None = None, **kwargs) -> pymysql.connections.Connection:
         settings = {"autocommit": True, **kwargs}
         return pymysql.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD,

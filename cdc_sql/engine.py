@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from cdc_sql.errors import CdcError
@@ -27,8 +29,33 @@ class Engine:
     in lake/tables.py, chosen once per target."""
 
     mode: str
-    spark: object
+    session: object = field(repr=False)  # a SparkSession; None or a Future while Sail starts
     _server: object = field(default=None, repr=False)
+    _boot: object = field(default=None, repr=False)  # starts the session (Sail)
+
+    @property
+    def spark(self):
+        """The session: started now if nobody prepared it, waited for if it is starting."""
+        if self.session is None:
+            self.session = self._boot()
+        elif isinstance(self.session, Future):
+            self.session = self.session.result()
+        return self.session
+
+    def prepare(self) -> None:
+        """Start the session in the background, if this engine starts on first use."""
+        if self.session is not None:
+            return
+        session: Future = Future()
+
+        def boot() -> None:
+            try:
+                session.set_result(self._boot())
+            except BaseException as exc:  # noqa: BLE001 - raised to whoever uses the session
+                session.set_exception(exc)
+
+        self.session = session
+        threading.Thread(target=boot, name="engine-start", daemon=True).start()
 
     @property
     def describes_history(self) -> bool:
@@ -63,6 +90,9 @@ class Engine:
     def stop(self) -> None:
         """Stop what this engine started; an `active` session belongs to its host (Databricks)."""
         try:
+            if self.session is None or (isinstance(self.session, Future)
+                                        and self.session.exception() is not None):
+                return
             if self.mode != "active":
                 self.spark.stop()
         finally:
@@ -95,17 +125,24 @@ def start(mode: str = "sail", url: str = "") -> Engine:
 
 
 def _start_sail() -> Engine:
+    """Sail starts on first use, or in the background from `Engine.prepare()` (1-2 s of imports
+    and server start, overlapped with reading the source)."""
     os.environ.setdefault("RUST_LOG", "warn")  # Sail logs each Delta commit retry as an ERROR line
-    from pysail.spark import SparkConnectServer
-    from pyspark.sql import SparkSession
+    engine = Engine("sail", None)
 
-    server = SparkConnectServer(ip="127.0.0.1", port=0)
-    server.start(background=True)
-    _, port = server.listening_address
-    # create(), not getOrCreate(): the latter hands back any session already active in this
-    # process, whatever its URL, and stopping it would stop that other engine's session.
-    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create()
-    return Engine("sail", _configure(spark), server)
+    def boot() -> object:
+        from pysail.spark import SparkConnectServer
+        from pyspark.sql import SparkSession
+
+        engine._server = SparkConnectServer(ip="127.0.0.1", port=0)
+        engine._server.start(background=True)
+        _, port = engine._server.listening_address
+        # create(), not getOrCreate(): the latter hands back any session already active in
+        # this process, whatever its URL, and stopping it would stop that engine's session.
+        return _configure(SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create())
+
+    engine._boot = boot
+    return engine
 
 
 def _start_local() -> Engine:

@@ -15,31 +15,36 @@ import dataclasses
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+
+import pymysql
 
 from cdc_sql import faults, metrics
 from cdc_sql.capture import Capture
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
-from cdc_sql.lake import bronze
+from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (SilverPlan, check_untouched, merge_window, owned_tables,
-                                 owned_versions, plan_silver)
+                                 owned_versions, plan_silver, read_statements)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
 from cdc_sql.planner import next_window
 from cdc_sql.progress import Progress
-from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_split
-from cdc_sql.source import mysql, startup
-from cdc_sql.source.offsets import Position
+from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_splits
+from cdc_sql.source import failover, mysql, startup
+from cdc_sql.source.offsets import Position, file_sequence
 from cdc_sql.source.preflight import SourceView, inspect_source, now
 from cdc_sql.source.schema import SourceTable
-from cdc_sql.source.splits import Split, plan_splits
+from cdc_sql.source.splits import Split, group_splits, plan_splits, table_size
 from cdc_sql.source.watermarks import binary_log_status, gtid_position
 
 log = logging.getLogger("cdc_sql")
 BINLOG_ONLY_STARTUP = ("latest", "earliest", "timestamp", "offset")
+# Tasks that finish within this many seconds of each other share one state commit. Waiting
+# costs nothing: a crash loses only the record, and the work is done again (harmlessly).
+STATE_COMMIT_SECONDS = 1.0
 
 
 def run_pipeline(pipeline: Pipeline, engine, stop: threading.Event, until_caught_up: bool,
@@ -84,6 +89,8 @@ class Runner:
         self.batches: list[dict] = []  # every bronze and silver commit: rows, seconds (metrics)
         self.registered: set[str] = set()  # silver tables registered by name in this run
         self.schema_changed: list[str] = []  # tables a DDL changed in the last capture pass
+        self.resume = failover.Resume(False)  # how capture resumes in this run, and from where
+        self.resume_from: str | None = None
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, until_caught_up: bool = True, poll_seconds: float = 1.0) -> RunEntry:
@@ -96,6 +103,7 @@ class Runner:
         started = time.monotonic()
         summary = {"run_id": self.state.run_id, "started_at": now(), "outcome": "failed"}
         try:
+            view = self._resolve_server(view, checkpoint)
             self.ensure_bronze(view)
             self._start_capture(view, checkpoint)
             with timed(summary, "snapshot"):
@@ -106,7 +114,8 @@ class Runner:
                     captured = self.capture(view, self.state.load(), view.end)
                 if self.schema_changed:  # capture stopped after a DDL: merge and go on with
                     view = dataclasses.replace(  # the new definitions (projections checked again)
-                        inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at)
+                        inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at,
+                        server=view.server, base=view.base)
                     plans = silver_plans(self.pipeline, view)
                     self.ensure_bronze(view)
                     with timed(summary, "snapshot"):  # of tables that just began to match
@@ -123,24 +132,25 @@ class Runner:
                     break
                 view = self._refresh_end(view)
             summary["outcome"] = "stopped" if self.stop.is_set() else "ok"
-            return RunEntry.from_json("last", summary)
         except Exception as exc:
             summary["error"] = str(exc)
             raise
         finally:
             summary["seconds"] = round(time.monotonic() - started, 3)
+            entry = RunEntry.from_json("last", summary)
             try:
-                entry = RunEntry.from_json("last", summary)
                 self.state.write(entry)
                 metrics.write_run(self.pipeline, entry, self.batches[-metrics.MAX_BATCHES:],
                                   self.state.load())
             except Exception:  # noqa: BLE001 - never hide the run's own error
                 log.exception("could not record the run outcome")
+        return entry
 
     def ensure_bronze(self, view: SourceView) -> None:
         bronze.ensure_statements_table(self.lake)
-        for table in view.source_tables:
-            bronze.ensure_changes_table(self.lake, table)
+        missing = [t for t in view.source_tables
+                   if not self.lake.tables.exists(self.lake.changes_path(t.db, t.name))]
+        tables.each(lambda table: bronze.ensure_changes_table(self.lake, table), missing)
 
     def _claim_target(self, checkpoint: Checkpoint) -> None:
         check_owner(checkpoint, self.pipeline.name, self.lake.root)
@@ -149,9 +159,53 @@ class Runner:
 
     def _refresh_end(self, view: SourceView) -> SourceView:
         with mysql.cursor(self.pipeline.source) as cur:
-            view.end, _ = binary_log_status(cur)
+            view.end = dataclasses.replace(binary_log_status(cur)[0], base=view.base)
         view.end_seen_at = now()
         return view
+
+    # -- phase 0: which server, and where on it capture resumes --------------------------------
+    def _resolve_server(self, view: SourceView, checkpoint: Checkpoint) -> SourceView:
+        """Trust a recorded position only on the server that wrote it, with the GTID there
+        unchanged; else resume by GTID (source/failover.py). Sets the view's server and base."""
+        saved = checkpoint.capture
+        with mysql.cursor(self.pipeline.source) as cur:
+            server = failover.server_identity(cur, view.mariadb)
+            self.resume = failover.Resume(False)
+            base = 0
+            if saved is not None and saved.position:
+                here = None  # a purged file is not another binlog: reading it says purged
+                if view.mariadb and saved.gtid and saved.server in ("", server) and \
+                        file_sequence(saved.at.file) >= file_sequence(view.first_binlog.file):
+                    here = self._gtid_here(cur, saved.at)
+                self.resume = failover.decide(saved.server, saved.gtid, str(saved.at), server,
+                                              here, view.mariadb)
+                base = saved.at.base
+                if self.resume.by_gtid:
+                    cur.execute("SELECT @@global.gtid_binlog_pos")
+                    failover.check_not_behind(saved.gtid, str(cur.fetchone()[0] or ""), server)
+                    base = failover.file_base(saved.at.offset, view.first_binlog.file)
+                    log.warning("capture resumes by GTID after %s: %s; that server's binlog "
+                                "files count from %+d in offsets", saved.gtid, self.resume.reason,
+                                base)
+            elif saved is None:  # split watermarks are places in one server's binlog
+                others = sorted({s.server for s in checkpoint.all_splits()
+                                 if s.done and s.server and s.server != server})
+                if others:
+                    raise SourceError(
+                        f"the snapshot was read on {', '.join(others)}, but the source is now "
+                        f"{server}: the snapshot's binlog watermarks mean nothing there and "
+                        f"capture has not begun: {failover.RESNAPSHOT}")
+        self.resume_from = saved.position if saved else None
+        return dataclasses.replace(view, server=server, base=base,
+                                   end=dataclasses.replace(view.end, base=base))
+
+    @staticmethod
+    def _gtid_here(cur, position: Position) -> str:
+        """The GTID position at `position` on this server ('' where it has no such place)."""
+        try:
+            return gtid_position(cur, position)
+        except pymysql.err.MySQLError:
+            return ""
 
     # -- phase 1: where capture starts --------------------------------------------------------
     def _start_capture(self, view: SourceView, checkpoint: Checkpoint) -> None:
@@ -166,7 +220,8 @@ class Runner:
             "timestamp": lambda: startup.timestamp_position(
                 source, startup.parse_timestamp(source.startup_timestamp)),
         }[source.startup]()
-        self.state.write(CaptureEntry(position=str(start), gtid=self._gtid_at(view, start)),
+        self.state.write(CaptureEntry(position=str(start), gtid=self._gtid_at(view, start),
+                                      server=view.server),
                          *(TableEntry(table=spec.name, applied=start.offset.text,
                                       snapshot_merged=True) for spec in self.pipeline.tables))
         log.info("capture starts at %s (startup: %s)", start, source.startup)
@@ -182,48 +237,89 @@ class Runner:
         """Read every unfinished split into bronze; returns the rows read."""
         if self.pipeline.source.startup not in ("initial", "snapshot-only"):
             return 0
+        source = self.pipeline.source
         checkpoint = self.state.load()
-        with mysql.cursor(self.pipeline.source) as cur:  # new tables too (a shard that appeared)
-            new = [(t, plan_splits(cur, t, self.pipeline.source.chunk_size))
+        sizes = {}
+        with mysql.cursor(source) as cur:  # new tables too (a shard that appeared)
+            new = [(t, plan_splits(cur, t, source.chunk_size, source.parallelism))
                    for t in view.source_tables if not checkpoint.splits(t.qualified)]
-        if new:
-            self.state.write(*(SplitEntry.planned(s) for _, splits in new for s in splits))
-            checkpoint = self.state.load()
-        pending = [(t, s.split) for t in view.source_tables
-                   for s in checkpoint.splits(t.qualified) if not s.done]
+            if new:
+                self.state.write(*(SplitEntry.planned(s) for _, splits in new for s in splits))
+                checkpoint = self.state.load()
+            pending_tables = [t for t in view.source_tables
+                              if any(not s.done for s in checkpoint.splits(t.qualified))]
+            for table in pending_tables:
+                sizes[table.qualified] = table_size(cur, table)[0]
+        unfinished = {t.qualified: [s.split for s in checkpoint.splits(t.qualified) if not s.done]
+                      for t in pending_tables}
+
+        def prepare(table: SourceTable) -> None:
+            bronze.ensure_snapshot_table(self.lake, table)
+            bronze.drop_unfinished(self.lake, table,
+                                   [s.split_id for s in unfinished[table.qualified]])
+
+        tables.each(prepare, pending_tables)
+        pending = [(table, group) for table in pending_tables for group in group_splits(
+            unfinished[table.qualified], sizes[table.qualified], source.parallelism)]
         if not pending:
             return 0
-        for table in {t.qualified: t for t, _ in pending}.values():
-            bronze.ensure_snapshot_table(self.lake, table)
-            bronze.drop_unfinished(self.lake, table, [s.split_id for t, s in pending if t is table])
-        if self.pipeline.source.snapshot_runner == "spark":
+        if source.snapshot_runner == "spark":
             return self._land_as_spark_tasks(view, pending)
-        progress = Progress("snapshot", len(pending))
-        with ThreadPoolExecutor(self.pipeline.source.parallelism, "split") as pool:
-            rows = sum(pool.map(lambda job: self._read_split(view, *job, progress), pending))
+        progress = Progress("snapshot", sum(len(group) for _, group in pending))
+        with ThreadPoolExecutor(source.parallelism, "split") as pool:
+            futures = [pool.submit(self._read_splits, view, table, group, progress)
+                       for table, group in pending]
+            self.lake.engine.prepare()  # while the readers wait on the source
+            entries = self._record_as_done(futures)
         progress.finish()
-        return rows
+        return sum(e.rows for e in entries)
 
-    def _read_split(self, view: SourceView, table: SourceTable, split: Split,
-                    progress: Progress) -> int:
+    def _read_splits(self, view: SourceView, table: SourceTable, splits: list[Split],
+                     progress: Progress) -> list[SplitEntry]:
         if self.stop.is_set():  # SIGTERM: splits not started wait for the next run
-            return 0
+            return []
 
-        def write(table, batches, split_id, attempt, offset, read_at) -> int:
-            return bronze.write_split(self.lake, table, batches, split_id, attempt, offset,
-                                      read_at, on_batch=progress.add_rows)
+        def write(table, batches, attempt, offset, read_at) -> dict[int, int]:
+            return bronze.write_splits(self.lake, table, batches, attempt, offset, read_at,
+                                       on_batch=progress.add_rows)
 
-        entry = land_split(self.pipeline.source, table, split, view.mariadb, write)
-        self.state.write(entry)
-        progress.split_done()
-        return entry.rows
+        entries = land_splits(self.pipeline.source, table, splits, view.mariadb, write, view.base)
+        progress.split_done(len(entries))
+        return entries
 
-    def _land_as_spark_tasks(self, view: SourceView, pending: list[tuple[SourceTable, Split]]
-                             ) -> int:
-        """One Spark task per split; state records them together when the job is done."""
+    def _record_as_done(self, futures: list[Future]) -> list:
+        """Wait for tasks that return state entries; whatever finished together is recorded in
+        one state commit (a thousand small tables do not make a thousand commits). Every task
+        runs to its end; the first failure is raised after the others are recorded."""
+        recorded, entries, failure, pending = [], [], None, set(futures)
+        last_commit = 0.0  # the first task to finish is recorded at once
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED,
+                                 timeout=max(0.0, last_commit + STATE_COMMIT_SECONDS -
+                                             time.monotonic()) if entries else None)
+            for future in done:
+                try:
+                    entries += future.result()
+                except Exception as exc:  # noqa: BLE001 - raised below, once the rest is safe
+                    failure = failure or exc
+            if entries and (not pending or
+                            time.monotonic() >= last_commit + STATE_COMMIT_SECONDS):
+                self.state.write(*entries)
+                faults.point("state.committed")
+                recorded += entries
+                entries, last_commit = [], time.monotonic()
+        if failure is not None:
+            raise failure
+        return recorded
+
+    def _land_as_spark_tasks(self, view: SourceView,
+                             pending: list[tuple[SourceTable, list[Split]]]) -> int:
+        """One Spark task per group of splits; state records them together when the job is
+        done."""
         started = time.monotonic()
-        log.info("snapshot: %d splits as Spark tasks", len(pending))
-        entries = land_as_spark_tasks(self.lake, self.pipeline.source, pending, view.mariadb)
+        log.info("snapshot: %d groups of splits as Spark tasks", len(pending))
+        entries = land_as_spark_tasks(self.lake, self.pipeline.source, pending, view.mariadb,
+                                      view.base)
         self.state.write(*entries)
         rows = sum(e.rows for e in entries)
         log.info("snapshot finished: %d splits, %d rows in %.1fs as Spark tasks", len(entries),
@@ -240,12 +336,17 @@ class Runner:
             return 0
         if self.captured_from is None:
             self.captured_from = start.offset.text
+        self.lake.engine.prepare()  # while the binlog is read
         capture = Capture(self.lake, self.state, self.pipeline.source, view.source_tables,
                           view.mariadb, lambda db, table: any(
                               spec.matches(db, table) for spec in self.pipeline.tables),
-                          self.stop)
+                          self.stop, view.server)
+        # By GTID until a place on this server is recorded (the saved position moves on).
+        by_gtid = self.resume.by_gtid and saved is not None and \
+            saved.position == self.resume_from
         result = capture.run(checkpoint, start, stop_at, view.end_seen_at,
-                             saved.gtid if saved else self._gtid_at(view, start))
+                             saved.gtid if saved else self._gtid_at(view, start),
+                             by_gtid=by_gtid, base=view.base)
         self.changed_tables |= result.changed_tables
         self.schema_changed = result.schema_changed
         self.batches += result.batches
@@ -253,39 +354,44 @@ class Runner:
 
     # -- phase 4: silver ------------------------------------------------------------------------
     def merge(self, plans: list[SilverPlan], checkpoint: Checkpoint) -> list[str]:
+        """Merge each silver table's next window, `target.parallelism` tables at once; returns
+        the tables that moved."""
+        workers = max(1, min(self.pipeline.target.parallelism, len(plans)))
+        statements = read_statements(self.lake)
+        with ThreadPoolExecutor(workers, "merge") as pool:
+            entries = self._record_as_done([
+                pool.submit(self._merge_table, plan, checkpoint, statements) for plan in plans])
+        return [e.table for e in entries]
+
+    def _merge_table(self, plan: SilverPlan, checkpoint: Checkpoint,
+                     statements: list[tuple]) -> list[TableEntry]:
+        """One table's window into silver; returns its state entry (none without a window)."""
+        started = time.monotonic()
         capture = checkpoint.capture
-        snapshot_only = self.pipeline.source.startup == "snapshot-only"
-        merged = []
-        for plan in plans:
-            started = time.monotonic()
-            entry = checkpoint.table(plan.spec.name)
-            if entry is not None:  # every run, changes or not: silver must hold only what we wrote
-                check_untouched(self.lake, plan.spec, entry)
-            splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
-            window = next_window(entry, splits, capture, snapshot_only=snapshot_only,
-                                 history=plan.spec.history,
-                                 idle=entry is not None and self._idle(plan, entry.applied))
-            if window is None:
-                continue
-            if not window.idle:
-                merge_window(self.lake, plan, window)
-            if window.first:  # the whole snapshot went in: one key range per file
-                for path in owned_tables(self.lake, plan.spec).values():
-                    self.lake.tables.cluster(path, list(plan.key))
-            source_time = capture.source_time if capture and window.upto == capture.offset \
-                else None
-            self.state.write(TableEntry(table=plan.spec.name, applied=window.upto,
-                                        snapshot_merged=True, source_time=source_time,
-                                        key=list(plan.key),
-                                        sources=[t.qualified for t in plan.sources],
-                                        **owned_versions(self.lake, plan.spec)))
-            faults.point("state.committed")
-            self.batches.append({"phase": "merge", "table": plan.spec.name,
-                                 "seconds": round(time.monotonic() - started, 3)})
-            self._register(plan)
-            merged.append(plan.spec.name)
-            log.info("silver %s: merged up to %s", plan.spec.name, window.upto)
-        return merged
+        entry = checkpoint.table(plan.spec.name)
+        if entry is not None:  # every run, changes or not: silver must hold only what we wrote
+            check_untouched(self.lake, plan.spec, entry)
+        splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
+        window = next_window(entry, splits, capture,
+                             snapshot_only=self.pipeline.source.startup == "snapshot-only",
+                             history=plan.spec.history,
+                             idle=entry is not None and self._idle(plan, entry.applied))
+        if window is None:
+            return []
+        if not window.idle:
+            merge_window(self.lake, plan, window, statements)
+        if window.first:  # the whole snapshot went in: one key range per file
+            for path in owned_tables(self.lake, plan.spec).values():
+                cluster_if_mixed(self.lake, path, list(plan.key))
+        source_time = capture.source_time if capture and window.upto == capture.offset else None
+        self.batches.append({"phase": "merge", "table": plan.spec.name,
+                             "seconds": round(time.monotonic() - started, 3)})
+        self._register(plan)
+        log.info("silver %s: merged up to %s", plan.spec.name, window.upto)
+        return [TableEntry(table=plan.spec.name, applied=window.upto, snapshot_merged=True,
+                           source_time=source_time, key=list(plan.key),
+                           sources=[t.qualified for t in plan.sources],
+                           **owned_versions(self.lake, plan.spec))]
 
     def _register(self, plan: SilverPlan) -> None:
         target = self.pipeline.target
@@ -304,6 +410,16 @@ class Runner:
         return self.captured_from is not None and self.captured_from <= applied and \
             not any(t.qualified in self.changed_tables for t in plan.sources) and \
             all(self.lake.tables.exists(p) for p in owned_tables(self.lake, plan.spec).values())
+
+
+def cluster_if_mixed(lake, path: str, key: list[str]) -> bool:
+    """Rewrite a table sorted by key unless its files already hold disjoint key ranges of a
+    moderate size (the first silver version, written file for file from bronze's key-range
+    groups, usually does: clustering 2M rows again cost 3.8 s). Returns whether it clustered."""
+    if tables.clustered(lake.tables.key_ranges(path, key[0])):
+        return False
+    lake.tables.cluster(path, key)
+    return True
 
 
 def _lowest_watermark(checkpoint: Checkpoint) -> Position | None:

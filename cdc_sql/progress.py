@@ -25,9 +25,9 @@ class Progress:
             self.rows += rows
             self._show()
 
-    def split_done(self) -> None:
+    def split_done(self, count: int = 1) -> None:
         with self._lock:
-            self.done += 1
+            self.done += count
             self._show(force=self.done == self.total)
 
     def line(self) -> str:

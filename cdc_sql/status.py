@@ -3,7 +3,7 @@
 Per table: phase (snapshot until its silver first merges, then binlog), splits done/total, the
 applied offset, and the lag: binlog bytes the source has written past that offset, and seconds
 since the source was last seen at or before it (0 when no bytes are behind). `status --json`
-prints `report()` as it is; README "Operating" documents the fields.
+prints `report()` as it is; docs/operations.md documents the fields.
 """
 from __future__ import annotations
 
@@ -31,15 +31,17 @@ def source_binlog(pipeline) -> tuple[Position | None, list[tuple[str, int]]]:
         return None, []
 
 
-def lag_bytes(applied: str | None, end: Position, logs: list[tuple[str, int]]) -> int | None:
-    """Binlog bytes between the applied offset and the source's end (`SHOW BINARY LOGS` sizes)."""
+def lag_bytes(applied: str | None, end: Position, logs: list[tuple[str, int]],
+              base: int = 0) -> int | None:
+    """Binlog bytes between the applied offset and the source's end (`SHOW BINARY LOGS` sizes);
+    `base`: what the source's file numbers get in offsets (after a failover)."""
     if not applied:
         return None
     start = Offset.parse(applied)
-    end_seq = file_sequence(end.file)
+    end_seq = file_sequence(end.file) + base
     total = 0
     for name, size in logs:
-        seq = file_sequence(name)
+        seq = file_sequence(name) + base
         if seq < start.file_seq or seq > end_seq:
             continue
         upper = end.pos if seq == end_seq else size
@@ -62,11 +64,13 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
     now = now or dt.datetime.now(dt.timezone.utc)
     capture = checkpoint.capture
     position = capture.position if capture else None
+    base = Position.parse(position).base if position else 0
     last = checkpoint.last_run
     out = {"pipeline": pipeline.name, "source_reached": end is not None,
            "source_position": str(end) if end else None,
            "captured_position": position,
            "captured_gtid": capture.gtid if capture else None,
+           "captured_server": capture.server if capture else None,
            "captured_lag_bytes": _lag(position, end, logs),
            "last_run": last.to_json() if last else None, "tables": []}
     splits = checkpoint.all_splits()
@@ -74,7 +78,7 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
         mine = [s for s in splits if spec.matches(*s.source_table.split(".", 1))]
         table = checkpoint.table(spec.name)
         applied = table.applied if table else None
-        behind = lag_bytes(applied, end, logs) if end else None
+        behind = lag_bytes(applied, end, logs, base) if end else None
         source_time = table.source_time if table else None
         out["tables"].append({
             "name": spec.name,
@@ -93,7 +97,8 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
 def _lag(position: str | None, end: Position | None, logs) -> int | None:
     if not position or end is None:
         return None
-    return lag_bytes(Position.parse(position).offset.text, end, logs)
+    at = Position.parse(position)
+    return lag_bytes(at.offset.text, end, logs, at.base)
 
 
 def render(status: dict) -> str:
@@ -102,7 +107,8 @@ def render(status: dict) -> str:
     lines = [f"pipeline {status['pipeline']}: source at {source}, binlog captured to "
              f"{status['captured_position'] or '-'}"
              + (f" ({_bytes(status['captured_lag_bytes'])} behind)"
-                if status["captured_lag_bytes"] is not None else ""),
+                if status["captured_lag_bytes"] is not None else "")
+             + (f", GTID {status['captured_gtid']}" if status.get("captured_gtid") else ""),
              f"{'table':<24} {'phase':<8} {'splits':>9} {'rows':>11}  {'applied offset':<26} "
              f"{'lag':>9} {'lag s':>7}"]
     for t in status["tables"]:

@@ -86,7 +86,7 @@ def _verify_source(lake, pipeline, plan: SilverPlan, source: SourceTable, types:
     estimate = int((cur.fetchone() or [0])[0] or 0)
     buckets = Buckets.choose([by_name[k] for k in plan.projection.key],
                              checkpoint.splits(source.qualified), estimate,
-                             pipeline.source.chunk_size)
+                             pipeline.source.chunk_size or 100_000)
     escape = cur.connection.escape
     cur.execute(mysql_summary(rows_sql, outputs, buckets, escape))
     expected = {row[0]: tuple(row[1:]) for row in cur.fetchall()}

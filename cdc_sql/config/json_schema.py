@@ -87,3 +87,86 @@ def _needs(mode: str, key: str) -> dict:
     return {"if": {"properties": {"source": {"properties": {"startup": {"const": mode}},
                                              "required": ["startup"]}}},
             "then": {"properties": {"source": {"required": [key]}}}}
+
+
+# -- the YAML reference (docs/pipeline-yaml.md), from the same schema --------------------------
+REFERENCE_INTRO = """# Pipeline YAML reference
+
+Generated from the config model (`cdc-sql schema --markdown`); a test keeps this page in sync.
+Unknown keys are errors (with the nearest known key suggested). `${VAR}` and `${VAR:-default}`
+take a value from the environment, in the keys marked *env* only: a pipeline file cannot copy
+other environment variables (the job's secrets) into a projection or a table name. Relative
+paths are relative to the YAML file. `pipelines/` has examples; `pipelines/pipeline.schema.json`
+gives editors completion and checks (`# yaml-language-server: $schema=pipeline.schema.json`).
+"""
+
+
+def reference_markdown() -> str:
+    """Every key of a pipeline file: type, default, rules, what it does."""
+    schema = json_schema()
+    lines = [REFERENCE_INTRO]
+    lines += _section("top level", schema, "")
+    lines += _projections()
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _projections() -> list[str]:
+    """The projection rules and the functions a projection may call (projection.py)."""
+    from sqlglot import exp
+
+    import udfs
+    from cdc_sql.config.projection import ALLOWED_FUNCTIONS, ALLOWED_NAMES
+
+    lines = ["## Projections", "",
+             "`tables[].projection` is one `SELECT ... FROM <table> [WHERE ...]` in MySQL or Spark",
+             "SQL, checked by sqlglot and transpiled to Spark SQL: no joins, subqueries, aggregates,",
+             "windows or ordering; every key column kept; expressions named with `AS`. Its `WHERE`",
+             "is membership: a row that stops matching leaves silver, one that starts matching",
+             "enters it. It may call these functions (each runs on MariaDB and on the engine in",
+             "the tests with the same results), `CRC32`, and the functions registered in `udfs/`:",
+             ""]
+    spelled = {"StrPosition": ("LOCATE", "INSTR"), "Pad": ("LPAD", "RPAD"), "And": (),
+               "Or": (), "TsOrDsToDate": ("DATE",), "Case": ("CASE",)}
+    for group, names in ALLOWED_FUNCTIONS.items():
+        shown = sorted({sql for name in names
+                        for sql in spelled.get(name, getattr(exp, name).sql_names()[:2])})
+        lines.append(f"- {group}: {', '.join(f'`{n}`' for n in shown)}")
+    lines.append(f"- by name: {', '.join(f'`{n}`' for n in ALLOWED_NAMES)}; "
+                 f"from `udfs/`: {', '.join(f'`{n}`' for n in sorted(udfs.UDFS)) or 'none'}")
+    lines += ["", "Anything else (files, the session, the clock, the JVM: `LOAD_FILE`, `USER`,",
+              "`NOW`, `reflect`, `java_method`...) is refused, naming the call."]
+    return lines
+
+
+def _section(title: str, node: dict, path: str) -> list[str]:
+    lines = [f"## {title}", "", "| key | type | default | what it does |", "|---|---|---|---|"]
+    nested = []
+    required = set(node.get("required", []))
+    for name, prop in node["properties"].items():
+        key = f"{path}.{name}" if path else name
+        items = prop.get("items", {})
+        if prop.get("type") == "object" or items.get("type") == "object":
+            nested.append((key + ("[]" if items else ""), items or prop))
+        default = "required" if name in required else (
+            f"`{json.dumps(prop['default'])}`" if "default" in prop else "")
+        lines.append(f"| `{key}` | {_type_text(prop, key)} | {default} | "
+                     f"{prop.get('description', '').replace('|', '&#124;')} |")
+    lines.append("")
+    for key, child in nested:
+        lines += _section(f"`{key}`", child, key)
+    return lines
+
+
+def _type_text(prop: dict, path: str) -> str:
+    if "enum" in prop:
+        return " \\| ".join(f"`{v}`" for v in prop["enum"])
+    kind = prop.get("type") or next((p.get("type") for p in prop.get("anyOf", []) if "type" in p),
+                                    "")
+    kind = {"array": "list", "object": "mapping"}.get(kind, kind) if isinstance(kind, str) \
+        else "text"
+    bounds = [f"{'≥' if rule == 'minimum' else '≤'} {prop.get(rule, num.get(rule))}"
+              for num in [next((p for p in prop.get("anyOf", []) if "minimum" in p or
+                                "maximum" in p), {})]
+              for rule in ("minimum", "maximum") if rule in prop or rule in num]
+    env = path in INTERPOLATED
+    return kind + (f" ({', '.join(bounds)})" if bounds else "") + (", *env*" if env else "")

@@ -5,6 +5,7 @@ rules. Unknown keys are errors, and every error names the file, the key path and
 """
 from __future__ import annotations
 
+import difflib
 import re
 import types
 import typing
@@ -74,10 +75,13 @@ class Source:
     startup_timestamp: str = _key("for startup: timestamp, a UTC time (2024-05-01 12:00:00) or "
                                   "epoch seconds", "")
     startup_offset: str = _key("for startup: offset, a binlog file:position", "")
-    chunk_size: int = _key("rows per snapshot split", 10000, minimum=1)
+    chunk_size: int = _key("rows per snapshot split; 0 (the default) sizes splits from the "
+                           "table: about 64 MB of rows each, and enough for every reader", 0,
+                           minimum=0)
     parallelism: int = _key("snapshot readers working at once", 2, minimum=1, maximum=64)
-    binlog_batch_rows: int = _key("a bronze commit closes after this many changes (whole "
-                                  "transactions: one larger transaction lands alone)", 50_000,
+    binlog_batch_rows: int = _key("a bronze commit closes after this many changes, between "
+                                  "transactions; a larger transaction lands in parts of this "
+                                  "size, which silver sees only once it is whole", 50_000,
                                   minimum=1)
     binlog_batch_bytes: int = _key("... or after this many bytes of row images", 64 * 2**20,
                                    minimum=1)
@@ -101,6 +105,7 @@ class Target:
     schema: str = _key("schema (database) to register silver tables in by name, e.g. `silver`: "
                        "then SELECT * FROM silver.<name> works in spark-sql", "",
                        pattern=_IDENTIFIER_OR_EMPTY)
+    parallelism: int = _key("silver tables merged at once", 4, minimum=1, maximum=64)
     retention_hours: float = _key("`cdc-sql maintain` prunes bronze that every silver table has "
                                   "applied and that is older than this, and vacuums files older "
                                   "than this", 168.0, minimum=0)
@@ -306,7 +311,8 @@ def _build(cls: type, values: Any, path: str, doc: Document) -> Any:
     unknown = sorted(set(values) - set(known))
     if unknown:
         where = f"{path}.{unknown[0]}" if path else unknown[0]
-        raise doc.error(f"unknown key `{unknown[0]}`; the keys here are: {', '.join(known)}", where)
+        raise doc.error(f"unknown key `{unknown[0]}`{_did_you_mean(unknown[0], known)}; "
+                        f"the keys here are: {', '.join(known)}", where)
     kwargs = {}
     for name, spec in known.items():
         child = f"{path}.{name}" if path else name
@@ -319,6 +325,14 @@ def _build(cls: type, values: Any, path: str, doc: Document) -> Any:
         if required and kwargs[name] in ("", []):
             raise doc.error(f"`{name}` must not be empty ({spec.metadata['doc']})", child)
     return cls(**kwargs)
+
+
+def _did_you_mean(name: str, known) -> str:
+    """`, did you mean `chunk_size`?` for a key that looks like a known one (case, typos)."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower().replace("-", "_"), list(by_lower), n=1,
+                                      cutoff=0.6)
+    return f", did you mean `{by_lower[close[0]]}`?" if close else ""
 
 
 def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> Any:

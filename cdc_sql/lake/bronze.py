@@ -21,6 +21,7 @@ import datetime as dt
 from typing import Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_sql.errors import SourceError
 from cdc_sql.lake.tables import table_ref
@@ -48,18 +49,20 @@ def changes_schema(table: SourceTable) -> pa.Schema:
 
 
 # -- snapshot splits -----------------------------------------------------------------------------
-def write_split(lake, table: SourceTable, batches: Iterable[pa.RecordBatch], split_id: int,
-                attempt: str, watermark: str, read_at: dt.datetime,
-                on_batch=lambda rows: None) -> int:
-    """Stream a split's rows into bronze, tagged with the split, attempt and watermark;
-    `on_batch(rows)` follows progress. Returns the rows written."""
-    written = 0
+def write_splits(lake, table: SourceTable, batches: Iterable[pa.RecordBatch], attempt: str,
+                 watermark: str, read_at: dt.datetime,
+                 on_batch=lambda rows: None) -> dict[int, int]:
+    """Stream the rows of consecutive splits (each row tagged with its split) into bronze in one
+    commit, tagged with the attempt and the watermark they share; `on_batch(rows)` follows
+    progress. Returns the rows written per split."""
+    written: dict[int, int] = {}
 
     def counted() -> Iterator[pa.RecordBatch]:
-        nonlocal written
-        for batch in tag_split_rows(table, batches, split_id, attempt, watermark, read_at):
+        for batch in tag_split_rows(table, batches, attempt, watermark, read_at):
             yield batch
-            written += batch.num_rows
+            counts = pc.value_counts(batch.column("_cdc_split_id")).to_pylist()
+            for count in counts:
+                written[count["values"]] = written.get(count["values"], 0) + count["counts"]
             on_batch(batch.num_rows)
 
     lake.tables.append_arrow(lake.snapshot_path(table.db, table.name), counted(),
@@ -67,11 +70,11 @@ def write_split(lake, table: SourceTable, batches: Iterable[pa.RecordBatch], spl
     return written
 
 
-def tag_split_rows(table: SourceTable, batches: Iterable[pa.RecordBatch], split_id: int,
-                   attempt: str, watermark: str, read_at: dt.datetime) -> Iterator[pa.RecordBatch]:
-    """A split's rows with the bronze tag columns: split, attempt, watermark, read time."""
+def tag_split_rows(table: SourceTable, batches: Iterable[pa.RecordBatch], attempt: str,
+                   watermark: str, read_at: dt.datetime) -> Iterator[pa.RecordBatch]:
+    """Rows of a read (with their split) and the bronze tags: attempt, watermark, read time."""
     schema = snapshot_schema(table)
-    tags = [pa.scalar(split_id, pa.int32()), pa.scalar(attempt), pa.scalar(watermark),
+    tags = [pa.scalar(attempt), pa.scalar(watermark),
             pa.scalar(read_at, pa.timestamp("us", tz="UTC"))]
     for batch in batches:
         columns = [*batch.columns, *(pa.repeat(tag, batch.num_rows) for tag in tags)]
@@ -169,13 +172,28 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def drop_after(lake, tables: list[tuple[str, str]], after: Offset) -> None:
+    """Delete what a run landed beyond `after` in these tables (state's `landing`), when it
+    will be read again under other offsets (on another server, after a failover)."""
+    for db, name in tables:
+        path, column = _offsets_of(lake, db, name)
+        if lake.tables.exists(path):
+            lake.tables.delete_rows(path, [(column, ">", after.text)])
+
+
+def _offsets_of(lake, db: str, name: str) -> tuple[str, str]:
+    """A landing table's path and offset column (the statements table's differs)."""
+    if (db, name) == STATEMENTS:
+        return lake.statements_path, "offset"
+    return lake.changes_path(db, name), "_cdc_offset"
+
+
 def landed_after(lake, tables: list[tuple[str, str]], after: Offset) -> dict:
     """Per (db, table): the last offset bronze holds beyond `after`, for the tables a run was
     writing when it stopped (state's `landing`); capture skips what is there."""
     found = {}
     for db, name in tables:
-        path = lake.statements_path if (db, name) == STATEMENTS else lake.changes_path(db, name)
-        column = "offset" if (db, name) == STATEMENTS else "_cdc_offset"
+        path, column = _offsets_of(lake, db, name)
         if not lake.tables.exists(path):
             continue
         rows = lake.spark.sql(f"SELECT max({column}) FROM {table_ref(path)} WHERE {column} > "

@@ -10,6 +10,7 @@ window is harmless (docs/architecture.md, "Why silver is exactly-once").
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import time
 from dataclasses import dataclass, field, replace
@@ -200,8 +201,22 @@ class Facts:
         return renamed_columns(self.statements.get(source, ()))
 
 
-def read_facts(lake, plan: SilverPlan, window: Window) -> Facts:
-    snapshot, changes, statements = {}, {}, {}
+def read_statements(lake) -> list[tuple]:
+    """Every DDL statement and TRUNCATE bronze holds, in order, as (db, table, op, offset,
+    commit time, statement): one query for all the tables of a merge."""
+    if not lake.tables.exists(lake.statements_path):
+        return []
+    return [tuple(row) for row in lake.spark.sql(render(
+        "statements", bronze_statements=table_ref(lake.statements_path))).collect()]
+
+
+def read_facts(lake, plan: SilverPlan, window: Window,
+               statements: list[tuple] | None = None) -> Facts:
+    """What the window's SQL depends on; `statements` as read_statements gives them (read here
+    when not given)."""
+    if statements is None:
+        statements = read_statements(lake)
+    snapshot, changes, in_window = {}, {}, {}
     silver = lake.silver_path(plan.spec.name)
     silver_columns = tuple(lake.tables.schema(silver).names) if lake.tables.exists(silver) else ()
     for source in plan.sources:
@@ -209,13 +224,10 @@ def read_facts(lake, plan: SilverPlan, window: Window) -> Facts:
                             (changes, lake.changes_path(source.db, source.name))):
             if lake.tables.exists(path):
                 found[source.qualified] = {f.name: f.type for f in lake.tables.schema(path)}
-        if lake.tables.exists(lake.statements_path):
-            args = {"db": source.db, "tbl": source.name, "after": window.after,
-                    "upto": window.upto}
-            statements[source.qualified] = tuple(tuple(row) for row in lake.spark.sql(render(
-                "window_ddl", bronze_statements=table_ref(lake.statements_path)),
-                args=args).collect())
-    return Facts(snapshot, changes, statements, silver_columns)
+        in_window[source.qualified] = tuple(
+            (op, offset, ts, statement) for db, tbl, op, offset, ts, statement in statements
+            if (db, tbl) == (source.db, source.name) and window.after < offset <= window.upto)
+    return Facts(snapshot, changes, in_window, silver_columns)
 
 
 def renamed_columns(statements) -> dict[str, list[tuple[str, str]]]:
@@ -330,32 +342,45 @@ def describe(steps: list[Step]) -> str:
 
 
 # -- carrying out a window ---------------------------------------------------------------------
-def merge_window(lake, plan: SilverPlan, window: Window) -> None:
+def merge_window(lake, plan: SilverPlan, window: Window,
+                 statements: list[tuple] | None = None) -> None:
     """The first batch (silver created from the snapshot rows; with history, history begins
     once silver is past every split's read) or an ordinary one."""
     if not window.first or not plan.spec.history:
-        run_batch(lake, plan, window)
+        run_batch(lake, plan, window, statements)
         return
     start = window.history_start or window.upto
     if not lake.tables.exists(lake.history_path(plan.spec.name)):  # else a rerun: past it
         silver_only = replace(plan, spec=replace(plan.spec, history=False))
-        run_batch(lake, silver_only, replace(window, upto=min(start, window.upto)))
+        run_batch(lake, silver_only, replace(window, upto=min(start, window.upto)), statements)
         _start_history(lake, plan)
     if start < window.upto:
-        run_batch(lake, plan, Window(start, window.upto))
+        run_batch(lake, plan, Window(start, window.upto), statements)
 
 
-def run_batch(lake, plan: SilverPlan, window: Window) -> None:
+def run_batch(lake, plan: SilverPlan, window: Window,
+              statements: list[tuple] | None = None) -> None:
     """MERGE the window into silver, then into its history table when the pipeline keeps one."""
     started = time.monotonic()
-    facts = read_facts(lake, plan, window)
+    facts = read_facts(lake, plan, window, statements)
     log.debug("silver %s: facts in %.3fs", plan.spec.name, time.monotonic() - started)
-    for step in batch_steps(lake, plan, window, facts):
+    nothing = False  # no change to merge into silver
+    steps = batch_steps(lake, plan, window, facts)
+    for n, step in enumerate(steps):
         started = time.monotonic()
+        if step.kind == "view":
+            if not any(_references(later, step.name) for later in steps[n + 1:]
+                       if later.kind != "view"):
+                continue  # sent with the view that reads it
+            _define_view(lake.spark, step, [s for s in steps[:n] if s.kind == "view"])
+            log.debug("silver %s: %s in %.3fs", plan.spec.name, step.title.split(":")[0],
+                      time.monotonic() - started)
+            continue
         if step.name == "silver":  # silver (and history) exist, with the source's columns
             changes = lake.spark.table(f"cdc_changes_{plan.spec.name}").drop("_cdc_remove")
             _prepare_targets(lake, plan, changes.schema, facts)
-        _execute(lake, step)
+        if not (nothing and step.name == "silver"):
+            nothing = _execute(lake, step) == 0
         if step.crash_point:
             faults.point(step.crash_point)
         log.debug("silver %s: %s in %.3fs", plan.spec.name, step.title.split(":")[0],
@@ -363,7 +388,43 @@ def run_batch(lake, plan: SilverPlan, window: Window) -> None:
     apply_truncates(lake, plan, facts)
 
 
-def _execute(lake, step: Step) -> None:
+def _references(step: Step, name: str) -> bool:
+    return any(quote(name) in text for text in (step.sql, step.unique_check, step.as_is))
+
+
+def _define_view(spark, step: Step, earlier: list[Step]) -> None:
+    """A view in one round trip with the earlier views it reads (as WITH clauses): each
+    round trip to the engine costs 7-10 ms, most of a small table's batch. Parameters of
+    different views that share a name and differ in value are renamed apart."""
+    used, args, ctes = set(), {}, []
+
+    def bind(view: Step) -> str:
+        sql = view.sql
+        for key, value in view.args.items():
+            name = key
+            while name in args and args[name] != value:
+                name += "_"
+            if name != key:
+                sql = re.sub(rf"(?<![:\w]):{key}\b", f":{name}", sql)
+            args[name] = value
+        return sql
+
+    def need(view: Step) -> None:
+        for other in earlier:
+            if other.name not in used and _references(view, other.name):
+                used.add(other.name)
+                need(other)
+                ctes.append(f"{quote(other.name)} AS (\n{bind(other)}\n)")
+
+    need(step)
+    sql = bind(step)
+    if ctes:
+        sql = f"WITH {', '.join(ctes)}\n{sql}"
+    spark.sql(sql, args=args or None).createOrReplaceTempView(step.name)
+
+
+def _execute(lake, step: Step) -> int | None:
+    """Carry out one step; a stage step returns its rows when it knows them."""
     spark = lake.spark
     if step.kind == "splits":
         spark.createDataFrame(list(step.splits), "split_id INT, attempt STRING, watermark STRING") \
@@ -375,16 +436,19 @@ def _execute(lake, step: Step) -> None:
             rows = spark.sql(step.sql, args=step.args or None)
             create(lake, step.name, rows)  # the commit that creates silver holds the rows
     elif step.kind == "stage":
-        if step.unique_check and spark.sql(step.unique_check).collect()[0][0]:
+        unique, rows = spark.sql(step.unique_check).collect()[0] if step.unique_check \
+            else (False, None)
+        if unique:
             # One candidate per key: they are the changes. A MERGE evaluates a plain view of
             # bronze as fast as a staged table (measured: 0.40-0.46 s each for 100k changes),
             # and staging costs another 0.2-0.5 s.
             spark.sql(step.as_is).createOrReplaceTempView(step.view)
-            return
+            return rows
         _staged(lake, step.name, spark.sql(step.sql, args=step.args or None)) \
             .createOrReplaceTempView(step.view)
     else:
         spark.sql(step.sql, args=step.args or None).collect()
+    return None
 
 
 def _prepare_targets(lake, plan: SilverPlan, schema, facts: Facts) -> None:

@@ -74,6 +74,7 @@ class SplitEntry(Entry):
     watermark_exact: bool = True
     reader: str | None = None
     read_end: str | None = None
+    server: str = ""  # the server whose binlog `watermark_position` is a place in
 
     @property
     def name(self) -> str:
@@ -134,6 +135,7 @@ class CaptureEntry(Entry):
     position: str = ""
     source_time: str | None = None
     gtid: str = ""          # the GTID position at `position` (MariaDB domain-server-seq,...)
+    server: str = ""        # the server `position` is a place on (source/failover.py)
     # Source tables ([db, table]; ["", ""] for the statements table) whose bronze tables may
     # hold rows beyond `position`: a batch or a part of a large transaction was being written.
     landing: list[list[str]] = field(default_factory=list)

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Iterable, Protocol
 
 import pyarrow as pa
@@ -78,6 +81,18 @@ class TableOps(Protocol):
     def compact_and_vacuum(self, path: str, retention_hours: float,
                            compact: bool = True) -> dict: ...
     def cluster(self, path: str, columns: list[str]) -> None: ...
+    def key_ranges(self, path: str, column: str) -> list[tuple] | None: ...
+
+
+def clustered(files: list[tuple] | None, target_bytes: int = 0) -> bool:
+    """Whether files, as (min key, max key, bytes), already hold disjoint key ranges none much
+    larger than `target_bytes` (then a MERGE rewrites only the files of the keys it changes);
+    None (no statistics) is not clustered."""
+    if files is None:
+        return False
+    ordered = sorted(files)
+    disjoint = all(low > high for (_, high, _), (low, _, _) in zip(ordered, ordered[1:]))
+    return disjoint and all(size <= 2 * (target_bytes or TARGET_FILE_BYTES) for *_, size in files)
 
 
 def operation(operation: str, parameters, mark) -> str:
@@ -94,7 +109,7 @@ def predicate(where: list[tuple[str, str, object]], quote_name) -> str:
     """Conditions on columns (column, operator, value), values as SQL literals rendered here
     and only here (the same in Spark SQL and DataFusion): Sail 0.7 takes no parameters in a
     DELETE or UPDATE, and delta-rs has none at all."""
-    assert all(op in ("<", "=", "<=", "IS", "IN") for _, op, _ in where)
+    assert all(op in ("<", "=", "<=", ">", "IS", "IN") for _, op, _ in where)
     return " AND ".join(
         f"{quote_name(c)} IN ({', '.join(literal(x) for x in v)})" if op == "IN" else
         f"{quote_name(c)} {op} {literal(v)}" for c, op, v in where) or "TRUE"
@@ -117,6 +132,19 @@ def spark_schema(schema: pa.Schema):
 
 
 # -- delta-rs ---------------------------------------------------------------------------------
+def each(function, items: Iterable, workers: int = 8) -> None:
+    """`function(item)` for every item, several at once: commits to different tables (each
+    mostly waits on storage, or encodes Parquet without Python's lock)."""
+    items = list(items)
+    if len(items) <= 1:
+        for item in items:
+            function(item)
+        return
+    with ThreadPoolExecutor(min(workers, len(items)), "tables") as pool:
+        for _ in pool.map(function, items):
+            pass
+
+
 def writer_properties():
     """LZ4 for bronze and state: about 10% more snapshot rows/s than Snappy here, and read by
     every Parquet reader cdc-sql targets (Spark, Sail, delta-rs)."""
@@ -125,14 +153,16 @@ def writer_properties():
     return WriterProperties(compression="LZ4_RAW")
 
 
-def append_with_delta_rs(path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                          max_commit_retries: int | None = None, schema_mode: str | None = None,
                          configuration: dict | None = None) -> None:
-    """One delta-rs append commit of a stream of Arrow batches; memory follows one batch.
-    `max_commit_retries`: for many writers committing at once (each lost race is a retry)."""
+    """One delta-rs append commit of a stream of Arrow batches to `table` (a path or an open
+    DeltaTable); memory follows one batch. `max_commit_retries`: for many writers committing
+    at once (each lost race is a retry)."""
     from deltalake import CommitProperties, write_deltalake
 
-    write_deltalake(str(path), pa.RecordBatchReader.from_batches(schema, batches), mode="append",
+    target = table if hasattr(table, "update_incremental") else str(table)
+    write_deltalake(target, pa.RecordBatchReader.from_batches(schema, batches), mode="append",
                     writer_properties=writer_properties(), schema_mode=schema_mode,
                     configuration=configuration,
                     commit_properties=CommitProperties(max_commit_retries=max_commit_retries))
@@ -168,7 +198,29 @@ def _df_quote(name: str) -> str:
 
 
 class DeltaRsTables:
-    """Table operations with delta-rs, in this process."""
+    """Table operations with delta-rs, in this process. Tables stay open between operations
+    (opening one replays its log: 15 ms of a 30 ms state commit); a stream of batches opens its
+    table for itself, so that streams into one table are written side by side."""
+
+    def __init__(self):
+        self._open_tables: dict[str, tuple[threading.Lock, object]] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _table(self, path: str):
+        """The table at `path`, brought up to its latest version, used by one thread at once."""
+        from deltalake import DeltaTable
+
+        with self._lock:
+            lock, table = self._open_tables.get(str(path), (threading.Lock(), None))
+            self._open_tables[str(path)] = (lock, table)
+        with lock:
+            try:
+                table.update_incremental()
+            except Exception:  # noqa: BLE001 - not open yet, or replaced: open it anew
+                table = DeltaTable(str(path))
+                self._open_tables[str(path)] = (lock, table)
+            yield table
 
     def exists(self, path: str) -> bool:
         from deltalake import DeltaTable
@@ -180,16 +232,13 @@ class DeltaRsTables:
         return DeltaTable.is_deltatable(str(path))
 
     def version(self, path: str) -> int | None:
-        from deltalake import DeltaTable
-
-        return DeltaTable(str(path)).version()
+        with self._table(path) as table:
+            return table.version()
 
     def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None:
-        from deltalake import DeltaTable
-
-        table = DeltaTable(str(path))
-        count = table.version() - after_version
-        commits = table.history(count) if count > 0 else []
+        with self._table(path) as table:
+            count = table.version() - after_version
+            commits = table.history(count) if count > 0 else []
         return sorted((int(c["version"]), operation(c.get("operation"),
                                                     c.get("operationParameters"),
                                                     c.get("userMetadata")),
@@ -197,9 +246,8 @@ class DeltaRsTables:
                       for c in commits if int(c["version"]) > after_version)
 
     def schema(self, path: str) -> pa.Schema:
-        from deltalake import DeltaTable
-
-        return pa.schema(DeltaTable(str(path)).schema().to_arrow())
+        with self._table(path) as table:
+            return pa.schema(table.schema().to_arrow())
 
     def create_arrow_table(self, path: str, schema: pa.Schema) -> None:
         from deltalake import DeltaTable, write_deltalake
@@ -211,16 +259,22 @@ class DeltaRsTables:
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
-        if schema_mode == "merge":
-            from deltalake import DeltaTable
+        """A list of batches goes through the open table; a stream opens it for itself."""
+        if not isinstance(batches, list) or not self.exists(path):
+            if schema_mode == "merge":
+                from deltalake import DeltaTable
 
-            self._allow_ntz(DeltaTable(str(path)), schema)
-        append_with_delta_rs(path, batches, schema, schema_mode=schema_mode)
+                self._allow_ntz(DeltaTable(str(path)), schema)
+            append_with_delta_rs(path, batches, schema, schema_mode=schema_mode)
+            return
+        with self._table(path) as table:
+            if schema_mode == "merge":
+                self._allow_ntz(table, schema)
+            append_with_delta_rs(table, batches, schema, schema_mode=schema_mode)
 
     def read_arrow(self, path: str, columns: list[str] | None = None) -> pa.Table:
-        from deltalake import DeltaTable
-
-        return DeltaTable(str(path)).to_pyarrow_table(columns=columns)
+        with self._table(path) as table:
+            return table.to_pyarrow_table(columns=columns)
 
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
         from deltalake import write_deltalake
@@ -319,6 +373,20 @@ class DeltaRsTables:
             columns, target_size=TARGET_FILE_BYTES, max_spill_size=512 * 2**20,
             writer_properties=writer_properties())
 
+    def key_ranges(self, path: str, column: str) -> list[tuple] | None:
+        """(min, max, bytes) of `column` in each file, from the Delta log's statistics; None
+        when a file has none."""
+        from deltalake import DeltaTable
+
+        actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+        names = (f"min.{column}", f"max.{column}")
+        if not set(names) <= set(actions.column_names):
+            return None
+        ranges = list(zip(actions.column(names[0]).to_pylist(),
+                          actions.column(names[1]).to_pylist(),
+                          actions.column("size_bytes").to_pylist()))
+        return None if any(low is None or high is None for low, high, _ in ranges) else ranges
+
 
 # -- Spark SQL --------------------------------------------------------------------------------
 class SparkTables:
@@ -412,6 +480,9 @@ class SparkTables:
         self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
         return {}
 
+    def key_ranges(self, path: str, column: str) -> list[tuple] | None:
+        return None  # the engine's own OPTIMIZE decides
+
     def cluster(self, path: str, columns: list[str]) -> None:
         if not self.engine.optimizes:
             log.warning("%s: this engine cannot cluster Delta tables; skipped", path)
@@ -420,6 +491,8 @@ class SparkTables:
                        f"({', '.join(quote(c) for c in columns)})").collect()
 
     def _marked_sql(self, statement: str) -> None:
+        # Session-wide: a MERGE another thread commits meanwhile carries the mark too, which
+        # is true of it as well (every commit of this session is cdc-sql's own).
         self.spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", EVOLVE_MARK)
         try:
             self.spark.sql(statement).collect()

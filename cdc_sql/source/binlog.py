@@ -22,13 +22,20 @@ import pyarrow as pa
 
 from cdc_sql.errors import SourceError, is_transient
 from cdc_sql.source import binlog_events as ev
-from cdc_sql.source import ddl, mysql
-from cdc_sql.source.binlog_protocol import BinlogStream, StreamError
+from cdc_sql.source import ddl, failover, mysql
+from cdc_sql.source.binlog_protocol import BinlogStream, GtidStart, StreamError
 from cdc_sql.source.charsets import Charsets, ServerConverter
 from cdc_sql.source.gtid import GtidWatermarks, MariaGtidState
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.rows import DecodeError, TableDecoder, table_decoder
+
 from cdc_sql.source.schema import SourceTable
+
+# A change that cannot be decoded stops the run before anything of its batch is written: no table
+# moves past it, so no table's silver silently skips it.
+DECODE_ADVICE = ("The run stops here and no table moves past this change; report it with the "
+                 "table's SHOW CREATE TABLE, or remove the table from the pipeline to go on "
+                 "without it")
 
 log = logging.getLogger(__name__)
 _UTC = dt.timezone.utc
@@ -79,7 +86,8 @@ class BinlogReader:
                  stop_at: Position | None, mariadb: bool, blocking: bool = False,
                  gtid_marks: GtidWatermarks | None = None, gtid_state: str = "",
                  matches=lambda db, table: False, skip: dict | None = None,
-                 part_rows: int = 50_000, compiled: bool | None = None):
+                 part_rows: int = 50_000, compiled: bool | None = None,
+                 server: str = "", by_gtid: bool = False, base: int | None = None):
         self.source, self.mariadb, self.compiled = source, mariadb, compiled
         self._matches = matches  # does a pipeline table want db.table (a new shard, say)?
         self.schema_changed: list[str] = []  # tables a DDL changed: the pass ended after it
@@ -105,7 +113,18 @@ class BinlogReader:
         self._charsets: Charsets | None = None
         self._server_converter: ServerConverter | None = None
         self._maria_gtid: ev.Gtid | None = None
-        self.stream = BinlogStream(stream_settings(source), source.server_id, start, blocking)
+        # By GTID (after a failover): the server finds the place and says where (an artificial
+        # GTID_LIST event); until then `position` stays `start`, the old server's last one.
+        self.by_gtid = by_gtid
+        self.base = start.base if base is None else base
+        self._anchored = not by_gtid
+        self._gtid_start = str(self.gtid_state)
+        stream_start = GtidStart(self._gtid_start, mariadb) if by_gtid else start
+        try:
+            self.stream = BinlogStream(stream_settings(source), source.server_id, stream_start,
+                                       blocking, expect_server=server, mariadb=mariadb)
+        except StreamError as exc:
+            raise self._explain(exc) from None
 
     def close(self) -> None:
         self.stream.close()
@@ -127,8 +146,8 @@ class BinlogReader:
         after a DDL on a captured table (`schema_changed`)."""
         try:
             for event in self.stream:
-                if event.log_pos:
-                    self.event_position = Position(self._file, event.log_pos)
+                if event.log_pos and self._anchored:
+                    self.event_position = Position(self._file, event.log_pos, self.base)
                 kind = self._event(event)
                 if kind == "ddl-stop":
                     yield "txn"
@@ -143,7 +162,17 @@ class BinlogReader:
                 self.position = max(self.position, self.event_position, key=lambda p: p.offset)
             self.gtid_marks.finish(self.position)
         except StreamError as exc:
-            raise explain_stream_error(exc.code, exc.message, self.start) from None
+            raise self._explain(exc) from None
+
+    def _explain(self, exc: StreamError) -> SourceError:
+        if self.by_gtid and exc.code == 1236:
+            return SourceError(f"the source cannot send its binlog from GTID position "
+                               f"{self._gtid_start}: {exc.message}. {failover.RESNAPSHOT}")
+        return explain_stream_error(exc.code, exc.message, self.start)
+
+    def _seq(self) -> int:
+        """The current file's number in offsets."""
+        return file_sequence(self._file) + self.base
 
     def _event(self, event) -> str | None:  # noqa: C901 - one branch per event kind
         t = event.type
@@ -152,7 +181,11 @@ class BinlogReader:
             if not self.in_transaction:
                 self._maps.clear()  # table ids are not kept across files (a restart)
             return None
-        if t == ev.TABLE_MAP:
+        if t == ev.MARIADB_GTID_LIST and not self._anchored and event.log_pos and \
+                event.flags & ev.ARTIFICIAL:  # a GTID start: the boundary the server found
+            self.position = self.event_position = Position(self._file, event.log_pos, self.base)
+            self._anchored = True
+        elif t == ev.TABLE_MAP:
             self._table_map(event.body)
         elif t in ev.ROWS_EVENTS:
             self._rows(event)
@@ -211,7 +244,7 @@ class BinlogReader:
         touched = self._captured_in(query.schema, statement)
         landed = self.skip.get(("", ""))  # statements bronze already holds
         if (query.schema in self.schemas or touched) and (
-                landed is None or (file_sequence(self._file), event.log_pos) >
+                landed is None or (self._seq(), event.log_pos) >
                 (landed.file_seq, landed.pos)):
             self._statements.append(self._ddl(query, event, touched))
         result = self._commit(event)
@@ -238,7 +271,7 @@ class BinlogReader:
                                             self._converter())
             except DecodeError as exc:
                 raise SourceError(f"cannot decode {table_map.db}.{table_map.table} at "
-                                  f"{self.event_position}: {exc}") from None
+                                  f"{self.event_position}: {exc}. {DECODE_ADVICE}") from None
             self._decoders[key] = decoder
         self._maps[tid] = decoder
 
@@ -247,7 +280,7 @@ class BinlogReader:
         decoder = self._maps.get(header.table_id)
         if decoder is None:
             return
-        seq, pos = file_sequence(self._file), event.log_pos
+        seq, pos = self._seq(), event.log_pos
         skip = self.skip.get((decoder.db, decoder.table))
         if skip is not None and (seq, pos) <= (skip.file_seq, skip.pos):
             return  # already in bronze
@@ -261,7 +294,8 @@ class BinlogReader:
                         len(self._gtids) - 1)
         except DecodeError as exc:
             raise SourceError(f"cannot decode a row of {decoder.qualified} at binlog "
-                              f"{self._file}:{pos}: {exc}") from None
+                              f"{Position(self._file, pos, self.base)}: {exc}. "
+                              f"{DECODE_ADVICE}") from None
 
     def _new_builder(self, decoder: TableDecoder):
         needs_source = any(c.text is not None and c.text.kind == "server"
@@ -293,7 +327,7 @@ class BinlogReader:
     def _ddl(self, query: ev.Query, event, touched: set[tuple[str, str]]) -> dict:
         truncated = len(touched) == 1 and ddl.is_truncate(query.statement)
         db, table = next(iter(touched)) if len(touched) == 1 else (query.schema, "")
-        return {"offset": Offset(file_sequence(self._file), event.log_pos, 0).text, "db": db,
+        return {"offset": Offset(self._seq(), event.log_pos, 0).text, "db": db,
                 "tbl": table, "op": "truncate" if truncated else "ddl",
                 "statement": query.statement,
                 "commit_ts": dt.datetime.fromtimestamp(event.timestamp, _UTC),

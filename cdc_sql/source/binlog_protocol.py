@@ -19,6 +19,7 @@ from typing import Iterator
 
 import pymysql
 
+from cdc_sql.source.mysql import Connection
 from cdc_sql.source.offsets import Position
 
 COM_BINLOG_DUMP, COM_REGISTER_SLAVE, COM_BINLOG_DUMP_GTID = 0x12, 0x15, 0x1E
@@ -58,11 +59,15 @@ class BinlogStream:
     """One replication connection; iterate it for `RawEvent`s. `close()` ends it."""
 
     def __init__(self, settings: dict, server_id: int, start: Position | GtidStart,
-                 blocking: bool = False, heartbeat: float = 5.0, report_host: str = "cdc-sql"):
+                 blocking: bool = False, heartbeat: float = 5.0, report_host: str = "cdc-sql",
+                 expect_server: str = "", mariadb: bool = True):
+        """`expect_server`: the identity (source/failover.py) the server must have, so a name
+        that moved to another server since the run checked it is not read by position."""
         self.server_id, self.start, self.blocking = server_id, start, blocking
+        self.expect_server, self.mariadb = expect_server, mariadb
         timeout = max(heartbeat * 3, 30.0) if blocking else None
         try:
-            self.conn = pymysql.connect(**settings, read_timeout=timeout)
+            self.conn = Connection(**settings, read_timeout=timeout)
         except pymysql.err.MySQLError as exc:
             raise StreamError(exc.args[0] if exc.args else None,
                               str(exc.args[-1]) if exc.args else str(exc)) from None
@@ -70,6 +75,9 @@ class BinlogStream:
             self.checksum = self._prepare(heartbeat)
             self._register(report_host)
             self._dump()
+        except StreamError:
+            self.close()
+            raise
         except pymysql.err.MySQLError as exc:
             self.close()
             raise StreamError(exc.args[0] if exc.args else None,
@@ -84,6 +92,15 @@ class BinlogStream:
     # -- setup ---------------------------------------------------------------------------------
     def _prepare(self, heartbeat: float) -> bool:
         with self.conn.cursor() as cur:
+            if self.expect_server:
+                from cdc_sql.source.failover import server_identity
+
+                found = server_identity(cur, self.mariadb)
+                if found != self.expect_server:
+                    raise StreamError(None, f"the source is now {found}, not {self.expect_server} "
+                                            f"as when this run began (a failover?): lost "
+                                            f"connection to the server capture was reading; "
+                                            f"the next run resumes by GTID")
             cur.execute("SELECT @@global.binlog_checksum")
             checksum = str(cur.fetchone()[0]).upper() != "NONE"
             if checksum:  # the server sends what it has: tell it we check CRC32 ourselves

@@ -40,22 +40,28 @@ class Offset:
 
 @dataclass(frozen=True, order=True)
 class Position:
-    """A place in the binlog between events: where a reader resumes or a watermark stands."""
+    """A place in the binlog between events: where a reader resumes or a watermark stands.
+
+    `base` is added to the file's number in offsets: zero on the server a pipeline first read;
+    on a server capture moved to after a failover, what makes its offsets follow the old
+    server's (source/failover.py). Written `file:pos@base` when not zero."""
 
     file: str
     pos: int
+    base: int = 0
 
     @property
     def offset(self) -> Offset:
-        return Offset(file_sequence(self.file), self.pos, 0)
+        return Offset(file_sequence(self.file) + self.base, self.pos, 0)
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.pos}"
+        return f"{self.file}:{self.pos}" + (f"@{self.base}" if self.base else "")
 
     @classmethod
     def parse(cls, text: str) -> "Position":
-        file, _, pos = text.rpartition(":")
-        return cls(file, int(pos))
+        file, _, rest = text.rpartition(":")
+        pos, _, base = rest.partition("@")
+        return cls(file, int(pos), int(base or 0))
 
 
 def file_sequence(file: str) -> int:

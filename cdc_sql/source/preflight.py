@@ -39,6 +39,8 @@ class SourceView:
     first_binlog: Position
     warnings: list[str] = field(default_factory=list)
     end_seen_at: str = field(default_factory=now)  # when `end` was read
+    server: str = ""   # its identity, and what its binlog file numbers get in offsets
+    base: int = 0      # (source/failover.py); set by the run once it knows where it resumes
 
     @property
     def source_tables(self) -> list[SourceTable]:
@@ -53,6 +55,7 @@ def inspect_source(pipeline) -> SourceView:
         if pipeline.source.startup != "snapshot-only":
             warnings += check_replication_access(cur, pipeline.source, mariadb)
         tables = [read_tables(cur, spec) for spec in pipeline.tables]
+        warnings += cascade_warnings(cur, [t for found in tables for t in found])
         end, _ = binary_log_status(cur)
         cur.execute("SHOW BINARY LOGS")
         first_binlog = Position(cur.fetchone()[0], 4)
@@ -63,6 +66,31 @@ def inspect_source(pipeline) -> SourceView:
                                 "binlog positions, which group commit can make unsafe under "
                                 "heavy writes; turn GTIDs on for exact watermarks")
     return SourceView(mariadb, tables, end, first_binlog, warnings)
+
+
+def cascade_warnings(cur, tables: list[SourceTable]) -> list[str]:
+    """Foreign keys whose cascades change captured tables: InnoDB carries them out without a
+    binlog event, so those changes never reach silver (docs/types.md, "Limits")."""
+    captured = {(t.db, t.name) for t in tables}
+    if not captured:
+        return []
+    cur.execute("SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, "
+                "UNIQUE_CONSTRAINT_SCHEMA, REFERENCED_TABLE_NAME, UPDATE_RULE, DELETE_RULE "
+                "FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE UPDATE_RULE IN "
+                "('CASCADE', 'SET NULL', 'SET DEFAULT') OR DELETE_RULE IN "
+                "('CASCADE', 'SET NULL', 'SET DEFAULT') ORDER BY 1, 2, 3")
+    out = []
+    for db, child, name, parent_db, parent, on_update, on_delete in cur.fetchall():
+        if (db, child) not in captured:
+            continue
+        rules = [f"ON {what} {rule}" for what, rule in (("UPDATE", on_update),
+                                                          ("DELETE", on_delete))
+                 if rule in ("CASCADE", "SET NULL", "SET DEFAULT")]
+        out.append(f"foreign key `{name}` of {db}.{child} ({', '.join(rules)} from "
+                   f"{parent_db}.{parent}): InnoDB applies it without a binlog event, so "
+                   f"silver of {db}.{child} keeps the rows it changes; run `cdc-sql verify` "
+                   f"on that table, or change child rows explicitly (docs/types.md, Limits)")
+    return out
 
 
 def check_binlog_settings(cur, startup: str) -> list[str]:

@@ -11,6 +11,7 @@ the C side met bytes that are not UTF-8 (rare: they become U+FFFD, as in the ref
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -81,8 +82,10 @@ class Builder:
             txn: int) -> int:
         try:
             return self._c.add(body, start, op, file_seq, pos, timestamp, txn)
-        except ValueError as exc:
-            raise rows.DecodeError(str(exc)) from None
+        except ValueError as exc:  # the C side numbers columns: name them
+            raise rows.DecodeError(re.sub(
+                r"column (\d+) \(binlog type -?\d+, metadata -?\d+\)",
+                lambda m: self.decoder.columns[int(m.group(1))].describe(), str(exc))) from None
 
     def finish(self, gtids: list[str]) -> pa.RecordBatch:
         n, columns, keys, offsets, ops, stamps, txns = self._c.finish()

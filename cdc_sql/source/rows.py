@@ -58,6 +58,11 @@ class ColumnSpec:
     form: str = ""                  # time, decimal_text, geometry, json_binary, inet4/6, uuid
     key_text: bool = False          # a temporal key column: its MySQL text as well
 
+    def describe(self) -> str:
+        """The column as an error message names it."""
+        charset = f", charset {self.text.charset}" if self.text is not None else ""
+        return f"column `{self.name}` ({self.spark_type}, binlog type {self.type}{charset})"
+
     @property
     def fsp(self) -> int:
         return self.meta if self.type in (ev.T_TIME2, ev.T_DATETIME2, ev.T_TIMESTAMP2) else 0
@@ -279,10 +284,10 @@ class PyBuilder:
             try:
                 value, p = read(data, p)
             except (IndexError, struct.error):
-                raise DecodeError(f"column `{columns[i].name}` runs past the end of its rows "
+                raise DecodeError(f"{columns[i].describe()} runs past the end of its rows "
                                   f"event") from None
             if p > len(data):
-                raise DecodeError(f"column `{columns[i].name}` runs past the end of its rows "
+                raise DecodeError(f"{columns[i].describe()} runs past the end of its rows "
                                   f"event")
             values.append(value)
             if i in self.decoder.key:
@@ -411,7 +416,7 @@ def _reader(c: ColumnSpec, converter):  # noqa: C901 - one branch per binlog typ
             p += prefix
             return finish(data[p:p + size]), p + size
         return var
-    raise DecodeError(f"column `{c.name}`: binlog type {t} is not supported")
+    raise DecodeError(f"{c.describe()}: binlog type {t} is not supported")
 
 
 def _bytes_finisher(c: ColumnSpec, converter):

@@ -26,6 +26,7 @@ from cdc_sql.source import mysql
 from cdc_sql.source.schema import Column, SourceTable, key_text_name
 from cdc_sql.source.splits import Split, mysql_quote
 from cdc_sql.source.values import normalize
+from cdc_sql.source.failover import server_identity
 from cdc_sql.source.watermarks import Watermark, begin_snapshot
 
 _TEMPORAL = {"date", "datetime", "timestamp"}
@@ -38,11 +39,18 @@ _NATIVE = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double
 
 @dataclass
 class SplitRead:
-    """An open split read: its watermark is known before the first row arrives."""
+    """An open read of consecutive splits: their watermark is known before the first row
+    arrives; each row carries the id of its split (`_cdc_split_id`)."""
 
     watermark: Watermark
     batches: Iterator[pa.RecordBatch]
     reader: str
+    server: str = ""  # the server the watermark is a position of (source/failover.py)
+
+
+def read_schema(table: SourceTable) -> pa.Schema:
+    """A read's rows: the table's contract types, then the split each row belongs to."""
+    return table.arrow_schema.append(pa.field("_cdc_split_id", pa.int32()))
 
 
 def native_supported(table: SourceTable) -> bool:
@@ -59,26 +67,49 @@ def _native_ok(column: Column) -> bool:
     return column.data_type in _NATIVE
 
 
-def read_split(source, table: SourceTable, split: Split, mariadb: bool,
-               batch_rows: int = 65_536, reader: str = "auto") -> SplitRead:
+def read_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
+                batch_rows: int = 65_536, reader: str = "auto") -> SplitRead:
+    """Consecutive splits of one table in one consistent read and one query."""
     if reader == "auto":  # connectorx takes no TLS files: over TLS, pymysql reads
         reader = ("native" if native_supported(table) and not source.ssl.enabled
                   else "pymysql")
     if reader == "native":
-        return _read_native(source, table, split, mariadb, batch_rows)
-    return _read_pymysql(source, table, split, mariadb, batch_rows)
+        return _read_native(source, table, splits, mariadb, batch_rows)
+    return _read_pymysql(source, table, splits, mariadb, batch_rows)
 
 
-def _select_sql(table: SourceTable, split: Split, native: bool) -> tuple[str, list]:
-    """The split's SELECT; the native reader takes no parameters, so its bounds are inlined
-    as literals escaped by pymysql."""
-    predicate, args = split.where([mysql_quote(k) for k in table.key],
-                                  literal=_literal if native else None)
+def read_split(source, table: SourceTable, split: Split, mariadb: bool,
+               batch_rows: int = 65_536, reader: str = "auto") -> SplitRead:
+    return read_splits(source, table, [split], mariadb, batch_rows, reader)
+
+
+def _select_sql(table: SourceTable, splits: list[Split], native: bool) -> tuple[str, list]:
+    """The SELECT of consecutive splits: their union's range, each row tagged with its split
+    by comparing its key with the splits' bounds (MySQL compares, in the key's collation). The
+    native reader takes no parameters, so bounds are inlined as literals escaped by pymysql."""
+    literal = _literal if native else None
+    key = [mysql_quote(k) for k in table.key]
     items = [_select_item(c) if native else mysql_quote(c.name) for c in table.columns]
     items += [f"CAST({mysql_quote(c.name)} AS CHAR) AS {mysql_quote(key_text_name(c.name))}"
               for c in table.key_text_columns]  # zero dates stay unique in the key
-    return (f"SELECT {', '.join(items)} FROM {mysql_quote(table.db)}.{mysql_quote(table.name)} "
-            f"WHERE {predicate}"), args
+    split_id, args = _split_id_sql(key, splits, literal)
+    predicate, where_args = Split.union(splits).where(key, literal=literal)
+    return (f"SELECT {', '.join(items)}, {split_id} AS `_cdc_split_id` FROM "
+            f"{mysql_quote(table.db)}.{mysql_quote(table.name)} WHERE {predicate}"), \
+        args + where_args
+
+
+def _split_id_sql(key: list[str], splits: list[Split], literal) -> tuple[str, list]:
+    if len(splits) == 1:
+        return str(int(splits[0].split_id)), []
+    row = f"({', '.join(key)})" if len(key) > 1 else key[0]
+    cases, args = [], []
+    for split in splits[:-1]:
+        bound = [literal(v) for v in split.upper] if literal else ["%s"] * len(split.upper)
+        shown = f"({', '.join(bound)})" if len(bound) > 1 else bound[0]
+        cases.append(f"WHEN {row} < {shown} THEN {int(split.split_id)}")
+        args.extend([] if literal else split.upper)
+    return f"CASE {' '.join(cases)} ELSE {int(splits[-1].split_id)} END", args
 
 
 def _select_item(column: Column) -> str:
@@ -94,33 +125,35 @@ def _select_item(column: Column) -> str:
 
 
 # -- native (connectorx) ---------------------------------------------------------------------
-def _read_native(source, table: SourceTable, split: Split, mariadb: bool,
+def _read_native(source, table: SourceTable, splits: list[Split], mariadb: bool,
                  batch_rows: int) -> SplitRead:
     import connectorx
 
     conn = mysql.connect(source, autocommit=False)
     try:
-        watermark = begin_snapshot(conn.cursor(), mariadb)
+        cur = conn.cursor()
+        watermark = begin_snapshot(cur, mariadb)
+        server = server_identity(cur, mariadb)
         conn.rollback()
     except pymysql.err.MySQLError as exc:
         raise mysql.explain(exc, source) from None
     finally:
         conn.close()
-    sql, _ = _select_sql(table, split, native=True)
+    sql, _ = _select_sql(table, splits, native=True)
     try:
         stream = connectorx.read_sql(
             _url(source), sql, return_type="arrow_stream", batch_size=batch_rows,
             pre_execution_query=["SET time_zone = '+00:00'"])
     except Exception as exc:  # noqa: BLE001 - connectorx raises RuntimeError and panics
-        raise SourceError(f"snapshot read of {table.qualified} split {split.split_id} failed: "
-                          f"{_redact(str(exc), source)}",
+        raise SourceError(f"snapshot read of {table.qualified} splits {splits[0].split_id}-"
+                          f"{splits[-1].split_id} failed: {_redact(str(exc), source)}",
                           transient=is_transient(None, str(exc))) from None
-    return SplitRead(watermark, _restore(stream, table), "native")
+    return SplitRead(watermark, _restore(stream, table), "native", server)
 
 
 def _restore(stream, table: SourceTable) -> Iterator[pa.RecordBatch]:
     """Cast what connectorx returns to the contract's Arrow types."""
-    schema = table.arrow_schema
+    schema = read_schema(table)
     for batch in stream:
         arrays = [pc.cast(batch.column(i), field.type) for i, field in enumerate(schema)]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -143,25 +176,26 @@ def _redact(text: str, source) -> str:
 
 
 # -- pymysql ------------------------------------------------------------------------------------
-def _read_pymysql(source, table: SourceTable, split: Split, mariadb: bool,
+def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool,
                   batch_rows: int) -> SplitRead:
     conn = mysql.connect(source, cursorclass=pymysql.cursors.SSCursor, autocommit=False)
     cur = conn.cursor()
     try:
         watermark = begin_snapshot(cur, mariadb)
-        cur.execute(*_select_sql(table, split, native=False))
+        server = server_identity(cur, mariadb)
+        cur.execute(*_select_sql(table, splits, native=False))
     except pymysql.err.MySQLError as exc:
         conn.close()
         raise mysql.explain(exc, source) from None
     except BaseException:
         conn.close()
         raise
-    return SplitRead(watermark, _batches(conn, cur, table, batch_rows), "pymysql")
+    return SplitRead(watermark, _batches(conn, cur, table, batch_rows), "pymysql", server)
 
 
 def _batches(conn, cur, table: SourceTable, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    schema = table.arrow_schema
-    columns = list(table.columns) + [None] * len(table.key_text_columns)
+    schema = read_schema(table)
+    columns = list(table.columns) + [None] * (len(table.key_text_columns) + 1)
     try:
         while True:
             rows = cur.fetchmany(batch_rows)

@@ -40,6 +40,11 @@ class Split:
         return cls(value["source_table"], value["split_id"], load(value["lower"]),
                    load(value["upper"]))
 
+    @classmethod
+    def union(cls, splits: list["Split"]) -> "Split":
+        """The key range of consecutive splits."""
+        return cls(splits[0].source_table, splits[0].split_id, splits[0].lower, splits[-1].upper)
+
     def where(self, key_sql: list[str], literal=None) -> tuple[str, list]:
         """A MySQL predicate selecting this split's rows, with its parameters (or, given a
         `literal` escaping function, with the bounds inlined and no parameters)."""
@@ -90,12 +95,60 @@ def mysql_quote(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql(dialect="mysql")
 
 
-def plan_splits(cur, table: SourceTable, chunk_size: int) -> list[Split]:
-    """Even ranges by MIN/MAX arithmetic for dense integer keys, else by walking the key index."""
+SPLIT_BYTES = 64 * 2**20        # an automatic split holds about this much row data
+MIN_SPLIT_ROWS, MAX_SPLIT_ROWS = 10_000, 4_000_000
+GROUP_ROWS = 1_000_000           # a reader reads consecutive splits up to this many rows at once
+GROUP_SPLITS = 64                # ... and at most this many (one CASE branch each)
+_EXACT_COUNT_BELOW = 1_000_000   # tables estimated smaller are counted exactly
+
+
+def split_rows(estimated_rows: int, row_bytes: int, parallelism: int) -> int:
+    """Rows per split when `chunk_size` is 0: about SPLIT_BYTES of rows, and small enough that
+    every one of `parallelism` readers gets a split of a large table."""
+    by_size = SPLIT_BYTES // max(row_bytes, 1)
+    by_readers = -(-estimated_rows // (2 * parallelism))
+    return max(MIN_SPLIT_ROWS, min(by_size, by_readers, MAX_SPLIT_ROWS))
+
+
+def group_splits(splits: list[Split], estimated_rows: int, parallelism: int) -> list[list[Split]]:
+    """Consecutive pending splits of one table, in groups a reader reads in one consistent
+    snapshot with one query and lands in one commit: the fixed cost of a read (connections, the
+    watermark, a Delta commit, a state commit) is paid per group, however small the splits."""
+    if not splits:
+        return []
+    per_split = max(1, estimated_rows // max(len(splits), 1))
+    size = max(1, min(GROUP_SPLITS, -(-GROUP_ROWS // per_split),
+                      -(-len(splits) // max(parallelism, 1))))
+    ordered = sorted(splits, key=lambda s: s.split_id)
+    groups, current = [], []
+    for split in ordered:  # only neighbours share a group: their union is one key range
+        if current and (len(current) >= size or current[-1].split_id + 1 != split.split_id):
+            groups.append(current)
+            current = []
+        current.append(split)
+    return groups + [current]
+
+
+def table_size(cur, table: SourceTable) -> tuple[int, int]:
+    """(estimated rows, average row bytes) from information_schema; small tables are counted."""
+    cur.execute("SELECT COALESCE(TABLE_ROWS, 0), COALESCE(AVG_ROW_LENGTH, 0) FROM "
+                "information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                (table.db, table.name))
+    row = cur.fetchone() or (0, 0)
+    rows, row_bytes = int(row[0]), int(row[1]) or 100
+    if rows < _EXACT_COUNT_BELOW:
+        cur.execute(f"SELECT COUNT(*) FROM {mysql_quote(table.db)}.{mysql_quote(table.name)}")
+        rows = cur.fetchone()[0]
+    return rows, row_bytes
+
+
+def plan_splits(cur, table: SourceTable, chunk_size: int, parallelism: int = 2) -> list[Split]:
+    """Even ranges by MIN/MAX arithmetic for dense integer keys, else by walking the key index.
+    `chunk_size` 0: sized from the table (split_rows)."""
     key = [mysql_quote(k) for k in table.key]
     source = f"{mysql_quote(table.db)}.{mysql_quote(table.name)}"
-    cur.execute(f"SELECT COUNT(*) FROM {source}")
-    count = cur.fetchone()[0]
+    count, row_bytes = table_size(cur, table)
+    chunk_size = chunk_size or split_rows(count, row_bytes, parallelism)
     if count <= chunk_size:
         return [Split(table.qualified, 0, None, None)]
     boundaries: list[tuple]

@@ -12,7 +12,8 @@ from cdc_sql.devdb import MariaDB
 from tests.bench import binlog, scale, snapshot
 
 # stage -> (run, default sizes: the second 4x the first)
-STAGES = {"snapshot": (snapshot.run, [500_000, 2_000_000]),
+STAGES = {"snapshot": (snapshot.run, [2_000_000, 10_000_000]),
+          "many": (snapshot.run_many, [1_000]),
           "binlog": (binlog.run, [250_000, 1_000_000]),
           "wide": (binlog.run_wide, [100_000, 400_000]),
           "bigtxn": (binlog.run_big_transaction, [1_000_000, 5_000_000]),
@@ -22,7 +23,7 @@ STAGES = {"snapshot": (snapshot.run, [500_000, 2_000_000]),
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", help="table sizes for every stage (default: per stage)")
-    parser.add_argument("--stages", default="snapshot,binlog,wide,bigtxn",
+    parser.add_argument("--stages", default="snapshot,many,binlog,wide,bigtxn",
                         help=f"comma-separated, of {', '.join(STAGES)}")
     args = parser.parse_args()
     results = []

@@ -95,7 +95,7 @@ def run(db: MariaDB, rows: int, wide: bool = False) -> list[Result]:
     kind = "wide table" if wide else "7 columns"
     table = create_table(db, rows, "binlog", wide)
     work = workdir()
-    pipeline = write_pipeline(db, table, work, chunk_size=100_000)
+    pipeline = write_pipeline(db, table, work)
     run_cli(pipeline)  # the snapshot, so the measured run only captures and merges
     silver_copy = str(work / "silver_copy")
     shutil.copytree(work / "lake" / "silver" / table, silver_copy)
@@ -130,7 +130,7 @@ def run_big_transaction(db: MariaDB, rows: int) -> list[Result]:
     follow the transaction's size), then the whole run that merges it."""
     table = create_table(db, rows, "bigtxn")
     work = workdir()
-    pipeline = write_pipeline(db, table, work, chunk_size=250_000)
+    pipeline = write_pipeline(db, table, work)
     run_cli(pipeline)
     db.execute("FLUSH BINARY LOGS")
     start = db.query("SHOW MASTER STATUS")[0][:2]

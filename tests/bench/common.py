@@ -73,10 +73,13 @@ def create_table(db: MariaDB, rows: int, stage: str, wide: bool = False) -> str:
     return name
 
 
-def write_pipeline(db: MariaDB, table: str, workdir: Path, startup: str = "initial",
-                   chunk_size: int = 100_000, parallelism: int = 2,
-                   runner: str = "process") -> Path:
+def write_pipeline(db: MariaDB, table: str | list[str], workdir: Path, startup: str = "initial",
+                   **tuned) -> Path:
+    """A pipeline at default settings, except what `tuned` sets (source keys)."""
     path = workdir / "pipeline.yaml"
+    settings = "".join(f"  {key}: {value}\n" for key, value in tuned.items())
+    tables = [table] if isinstance(table, str) else table
+    entries = "".join(f"  - name: {t}\n    source: bench.{t}\n" for t in tables)
     path.write_text(f"""name: bench
 source:
   host: 127.0.0.1
@@ -85,15 +88,10 @@ source:
   password: ${{BENCH_PASSWORD}}
   server_id: {7000 + os.getpid() % 1000}
   startup: {startup}
-  chunk_size: {chunk_size}
-  parallelism: {parallelism}
-  snapshot_runner: {runner}
-target:
+{settings}target:
   path: {workdir / 'lake'}
 tables:
-  - name: {table}
-    source: bench.{table}
-""")
+{entries}""")
     return path
 
 

@@ -11,7 +11,7 @@ from tests.bench.common import Result, create_table, run_cli, workdir, write_pip
 def run(db: MariaDB, rows: int) -> list[Result]:
     table = create_table(db, rows, "scale")
     work = workdir()
-    pipeline = write_pipeline(db, table, work, chunk_size=250_000)
+    pipeline = write_pipeline(db, table, work)
     first, first_peak = run_cli(pipeline)
     assert first["snapshot_rows"] == rows, first
     changes = rows // 10

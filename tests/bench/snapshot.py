@@ -1,13 +1,15 @@
-"""Snapshot into bronze against the server's own streaming rate and a bare pymysql scan."""
+"""The first run of a table at default settings against the server's own streaming rate and the
+fastest hand-written copy (connectorx, 2 partitions, into one delta-rs table), in the same run:
+the whole run (process start to exit, `cdc-sql run --until-caught-up`, snapshot-only) and its
+snapshot phase, with peak memory. The `many` stage runs a pipeline of 1,000 small tables: its
+first run, and a run after a change in every table."""
 from __future__ import annotations
 
-import json
 import subprocess
-
-import pymysql.cursors
+import time
 
 from cdc_sql.devdb import PASSWORD, USER, MariaDB
-from tests.bench.common import Result, create_table, run_child, timed, workdir, write_pipeline
+from tests.bench.common import Result, create_table, run_cli, timed, workdir, write_pipeline
 
 
 def server_stream(db: MariaDB, table: str) -> float:
@@ -19,35 +21,66 @@ def server_stream(db: MariaDB, table: str) -> float:
     return int(out) / seconds
 
 
-def pymysql_scan(db: MariaDB, table: str) -> float:
-    def scan() -> int:
-        with db.connect(cursorclass=pymysql.cursors.SSCursor) as conn, conn.cursor() as cur:
-            cur.execute(f"SELECT * FROM bench.{table}")
-            return sum(len(rows) for rows in iter(lambda: cur.fetchmany(10_000), ()))
-    rows, seconds = timed(scan)
+def connectorx_copy(db: MariaDB, table: str) -> float:
+    """connectorx with 2 partitions on the key, Arrow straight into one delta-rs table."""
+    import connectorx
+    from deltalake import write_deltalake
+
+    target = workdir() / "copy"
+
+    def copy() -> int:
+        data = connectorx.read_sql(
+            f"mysql://{USER}:{PASSWORD}@127.0.0.1:{db.port}/bench",
+            f"SELECT * FROM bench.{table}", partition_on="id", partition_num=2,
+            return_type="arrow")
+        write_deltalake(str(target), data)
+        return data.num_rows
+
+    rows, seconds = timed(copy)
     return rows / seconds
 
 
-def run(db: MariaDB, rows: int, parallelism: int = 2) -> list[Result]:
+def run(db: MariaDB, rows: int) -> list[Result]:
     table = create_table(db, rows, "snapshot")
     server = server_stream(db, table)
-    bare = pymysql_scan(db, table)
-    work = workdir()
-    pipeline = write_pipeline(db, table, work, startup="snapshot-only",
-                              chunk_size=100_000, parallelism=parallelism)
-    out, peak = run_child("-m", "tests.bench.snapshot_child", str(pipeline))
-    seconds = json.loads(out.strip().splitlines()[-1])["seconds"]
-    tasks = write_pipeline(db, table, workdir(), startup="snapshot-only", chunk_size=100_000,
-                           runner="spark")
-    out, tasks_peak = run_child("-m", "tests.bench.snapshot_child", str(tasks))
-    tasks_seconds = json.loads(out.strip().splitlines()[-1])["seconds"]
+    copy = connectorx_copy(db, table)
+    pipeline = write_pipeline(db, table, workdir(), startup="snapshot-only")
+    started = time.perf_counter()
+    summary, peak = run_cli(pipeline)
+    wall = time.perf_counter() - started
+    assert summary["snapshot_rows"] == rows, summary
     return [
         Result("server stream (mariadb --quick)", rows, rows / server),
-        Result("bare pymysql SSCursor scan", rows, rows / bare),
-        Result(f"snapshot -> bronze (p={parallelism})", rows, seconds, peak,
+        Result("connectorx (2 partitions) -> delta-rs", rows, rows / copy),
+        Result("first run at defaults (wall)", rows, wall, peak, "connectorx copy", copy),
+        Result("first run: snapshot phase", rows, summary["seconds_snapshot"], peak,
                "server stream", server),
-        Result(f"snapshot -> bronze (p={parallelism})", rows, seconds, peak,
-               "pymysql scan", bare),
-        Result("snapshot as Spark tasks (Sail)", rows, tasks_seconds, tasks_peak,
-               "server stream", server),
+        Result("first run: silver (first batch)", rows, summary["seconds_merge"], peak),
+    ]
+
+
+def run_many(db: MariaDB, tables: int) -> list[Result]:
+    """A pipeline of `tables` small tables (10 rows each): the first run, then a run after one
+    change in every table."""
+    names = [f"small_{tables}_{i}" for i in range(tables)]
+    db.execute("CREATE DATABASE IF NOT EXISTS bench", *(
+        f"CREATE TABLE bench.{name} (id INT PRIMARY KEY, v VARCHAR(20), n INT)" for name in names))
+    with db.connect("bench") as conn, conn.cursor() as cur:
+        for name in names:
+            cur.execute(f"INSERT INTO {name} SELECT seq, CONCAT('v', seq), seq "
+                        f"FROM seq_1_to_10")
+    pipeline = write_pipeline(db, names, workdir())
+    started = time.perf_counter()
+    first, first_peak = run_cli(pipeline)
+    first_wall = time.perf_counter() - started
+    with db.connect("bench") as conn, conn.cursor() as cur:
+        for name in names:
+            cur.execute(f"UPDATE {name} SET n = n + 1 WHERE id = 1")
+    started = time.perf_counter()
+    second, second_peak = run_cli(pipeline)
+    second_wall = time.perf_counter() - started
+    assert second["captured_changes"] == tables, second
+    return [
+        Result(f"{tables} tables: first run (wall)", tables * 10, first_wall, first_peak),
+        Result(f"{tables} tables: a change in each (wall)", tables, second_wall, second_peak),
     ]

@@ -1,7 +1,7 @@
 """The CI chaos run: 30 kill points, MariaDB restarted mid-snapshot and mid-binlog, connections
 killed server-side, binlog rotations, large and long transactions, a writer at 600
 transactions/s; then silver equals the source row for row. The long run: `python -m
-tests.chaos` (README, Reliability)."""
+tests.chaos` (docs/operations.md, "Reliability")."""
 import os
 
 import pytest

@@ -263,3 +263,32 @@ def test_silver_changed_by_hand(shop, make_pipeline, engine, capsys):
     message = refused(capsys, "run", pipeline.file, "--until-caught-up")
     assert "silver table o" in message and f"TO VERSION AS OF {ours}" in message
     assert DeltaTable(path).version() == ours + 1  # nothing merged over the change
+
+
+def test_a_change_that_cannot_be_decoded_stops_every_table_with_its_place(
+        shop, make_pipeline, mariadb, capsys):
+    """A writer session logging partial row images (binlog_row_image=MINIMAL, allowed per
+    session): the run stops naming the table, the binlog place and what to do; no table moves
+    past the change (the other table's later change waits too), and without that table the
+    pipeline goes on."""
+    mariadb.execute("CREATE TABLE other (id INT PRIMARY KEY, v INT)",
+                    "INSERT INTO other VALUES (1, 1)", db=shop)
+    both = (f"- name: o\n  source: {shop}.orders\n- name: other\n  source: {shop}.other")
+    pipeline = make_pipeline(both)
+    assert main(["run", pipeline.file, "--until-caught-up"]) == 0
+    with mariadb.connect(shop) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")
+        cur.execute("UPDATE orders SET amount = 0 WHERE id = 7")
+        conn.commit()
+    mariadb.execute("UPDATE other SET v = 2", db=shop)
+    before = _tables(pipeline.root)
+    message = refused(capsys, "run", pipeline.file, "--until-caught-up")
+    assert f"cannot decode a row of {shop}.orders at binlog binlog." in message, message
+    assert "binlog_row_image=FULL" in message and "remove the table" in message, message
+    assert _tables(pipeline.root) == before
+    pipeline = make_pipeline(f"- name: other\n  source: {shop}.other")
+    assert main(["run", pipeline.file, "--until-caught-up"]) == 0
+    from deltalake import DeltaTable
+
+    silver = DeltaTable(f"{pipeline.root}/silver/other").to_pyarrow_table(columns=["id", "v"])
+    assert silver.to_pylist() == [{"id": 1, "v": 2}]

@@ -72,7 +72,7 @@ def test_a_crash_inside_a_task_rereads_the_splits(items, make_pipeline, engine, 
     process = subprocess.run(
         [sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file, "--until-caught-up"],
         env={**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret",
-             "CDC_SQL_KILL_AT": "split.written@3"}, capture_output=True, timeout=300)
+             "CDC_SQL_KILL_AT": "split.written@2"}, capture_output=True, timeout=300)
     assert process.returncode == -signal.SIGKILL, process.stderr.decode()[-2000:]
     assert not [v for kind, _, v in state_log(pipeline.root)
                 if kind == "split" and v["status"] == "done"]

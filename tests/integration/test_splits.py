@@ -57,3 +57,29 @@ def test_composite_keys(mariadb, database, make_pipeline):
     pipeline = make_pipeline(f"- name: t\n  source: {database}.t")
     sizes = split_sizes(pipeline, database, "t", 500)
     assert len(sizes) == 7 and all(s == 500 for s in sizes[:-1]), sizes
+
+
+def test_a_thousand_tiny_splits_cost_little_more_than_ten(mariadb, database, make_pipeline,
+                                                          engine, tmp_path):
+    """The fixed cost of a split is amortised: consecutive splits share a consistent read, a
+    query and the bronze and state commits."""
+    from pathlib import Path
+
+    from cdc_sql.config.model import load_pipeline
+    from cdc_sql.devdb import PASSWORD
+    from tests.integration.helpers import assert_silver_equals, checkpoint, run
+
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_20000", db=database)
+    seconds = {}
+    for chunk in (2000, 20):
+        tiny = make_pipeline(f"- name: t\n  source: {database}.t", chunk_size=chunk)
+        text = Path(tiny.file).read_text().replace(str(tmp_path / "lake"),
+                                                   str(tmp_path / f"lake{chunk}"))
+        Path(tiny.file).write_text(text)
+        pipeline = load_pipeline(tiny.file, environ={"TEST_MYSQL_PASSWORD": PASSWORD})
+        summary = run(pipeline, engine)
+        assert len(checkpoint(engine, pipeline).splits(f"{database}.t")) == 20_000 // chunk
+        assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")
+        seconds[chunk] = summary["seconds_snapshot"]
+    assert seconds[20] <= seconds[2000] + 1.5, seconds

@@ -66,3 +66,20 @@ def test_retention_shorter_than_the_snapshot_warns_and_grants_are_listed(
     assert "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'cdc'@'%';" in captured.out
     assert main(["validate", pipeline.file]) == 0
     assert "retention" not in capsys.readouterr().err  # never purged by age: nothing to say
+
+
+def test_cascading_foreign_keys_into_captured_tables_are_warned_about(mariadb, database,
+                                                                      make_pipeline):
+    mariadb.execute("CREATE TABLE parent (id INT PRIMARY KEY)",
+                    "CREATE TABLE child (id INT PRIMARY KEY, parent_id INT, CONSTRAINT fk_gone "
+                    "FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE)",
+                    "CREATE TABLE plain (id INT PRIMARY KEY, parent_id INT, CONSTRAINT fk_plain "
+                    "FOREIGN KEY (parent_id) REFERENCES parent (id))", db=database)
+    pipeline = make_pipeline(f"- name: c\n  source: {database}.child\n"
+                             f"- name: p\n  source: {database}.plain")
+    warnings = [w for w in inspect_source(pipeline).warnings if "foreign key" in w]
+    assert len(warnings) == 1, warnings
+    assert f"`fk_gone` of {database}.child (ON DELETE CASCADE from {database}.parent)" in \
+        warnings[0] and "verify" in warnings[0]
+    not_captured = make_pipeline(f"- name: p\n  source: {database}.plain")
+    assert not [w for w in inspect_source(not_captured).warnings if "foreign key" in w]

@@ -111,6 +111,13 @@ def binlog_rows(txns, after_txn: int) -> list[dict]:
     return rows
 
 
+def split_rows(ids: list[int], values: list[str], split_id: int = 0) -> pa.RecordBatch:
+    """A read's rows of one split, as the snapshot readers give them."""
+    return pa.RecordBatch.from_arrays(
+        [pa.array(ids, pa.int32()), pa.array(values), pa.array([split_id] * len(ids), pa.int32())],
+        names=["id", "v", "_cdc_split_id"])
+
+
 def land_changes(lake, rows: list[dict]) -> None:
     bronze.ensure_changes_table(lake, TABLE)
     if rows:
@@ -166,12 +173,10 @@ def test_silver_equals_model_after_every_batch(engine, new_lake, data, history):
     bronze.ensure_snapshot_table(lake, TABLE)
     for split_id, ((lo, hi), mark, read) in enumerate(zip(bounds, marks, reads)):
         rows = sorted((k, v) for k, v in model[read].items() if lo <= k < hi)
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array([k for k, _ in rows], pa.int32()), pa.array([v for _, v in rows])],
-            names=["id", "v"])
-        bronze.write_split(lake, TABLE, [batch], split_id, "a1", boundary(mark), TS)
+        batch = split_rows([k for k, _ in rows], [v for _, v in rows], split_id)
+        bronze.write_splits(lake, TABLE, [batch], "a1", boundary(mark), TS)
         # an abandoned attempt's rows must never count
-        bronze.write_split(lake, TABLE, [batch], split_id, "stale", boundary(-1), TS)
+        bronze.write_splits(lake, TABLE, [batch], "stale", boundary(-1), TS)
     bronze.ensure_statements_table(lake)
     land_changes(lake, binlog_rows(txns, min(marks)))
     # sometimes a projection whose WHERE leaves rows out (and takes them in again)
@@ -251,9 +256,7 @@ def test_an_older_window_never_overwrites_a_newer_row(engine, new_lake):
     lake = new_lake()
     txns = [[("u", 1, 1, "old")], [("u", 1, 1, "new")]]  # over the snapshot {1: s1, 2: s2}
     bronze.ensure_snapshot_table(lake, TABLE)
-    batch = pa.RecordBatch.from_arrays([pa.array([1, 2], pa.int32()), pa.array(["s1", "s2"])],
-                                       names=["id", "v"])
-    bronze.write_split(lake, TABLE, [batch], 0, "a1", boundary(-1), TS)
+    bronze.write_splits(lake, TABLE, [split_rows([1, 2], ["s1", "s2"])], "a1", boundary(-1), TS)
     bronze.ensure_statements_table(lake)
     land_changes(lake, binlog_rows(txns, -1))
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
@@ -272,9 +275,7 @@ def test_the_first_batch_writes_snapshot_rows_and_merges_only_changes(engine, ne
     lake = new_lake()
     bronze.ensure_snapshot_table(lake, TABLE)
     ids = list(range(1, 101))
-    batch = pa.RecordBatch.from_arrays([pa.array(ids, pa.int32()), pa.array(["s"] * 100)],
-                                       names=["id", "v"])
-    bronze.write_split(lake, TABLE, [batch], 0, "a1", boundary(0), TS)
+    bronze.write_splits(lake, TABLE, [split_rows(ids, ["s"] * 100)], "a1", boundary(0), TS)
     txns = [[("u", 1, 1, "early")], [("u", 2, 2, "late")], [("d", 3, 3, "s")]]
     bronze.ensure_statements_table(lake)
     land_changes(lake, binlog_rows(txns, -1))

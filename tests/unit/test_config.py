@@ -68,6 +68,19 @@ def test_unknown_key_names_path_and_line(tmp_path):
     assert "unknown key `hots`" in str(err) and "host" in str(err)
 
 
+@pytest.mark.parametrize("typo, meant", [("hots", "host"), ("chunksize", "chunk_size"),
+                                         ("Parallelism", "parallelism"),
+                                         ("server-id", "server_id")])
+def test_an_unknown_key_suggests_the_nearest_known_one(tmp_path, typo, meant):
+    err = error_for(tmp_path, GOOD.replace("  user: cdc\n", f"  user: cdc\n  {typo}: 1\n"))
+    assert f"unknown key `{typo}`, did you mean `{meant}`?" in str(err)
+
+
+def test_an_unknown_key_like_no_known_one_suggests_nothing(tmp_path):
+    err = error_for(tmp_path, GOOD.replace("  user: cdc\n", "  user: cdc\n  zzz: 1\n"))
+    assert "did you mean" not in str(err)
+
+
 def test_unknown_key_in_table_list(tmp_path):
     err = error_for(tmp_path, GOOD + "    colour: red\n")
     assert err.path == "tables[0].colour" and err.line == 13
@@ -82,7 +95,7 @@ def test_missing_host(tmp_path):
     ("port", "seventy", "expected a whole number"),
     ("port", "70000", "at most 65535"),
     ("startup", "sometimes", "must be one of initial"),
-    ("chunk_size", "0", "at least 1"),
+    ("chunk_size", "-1", "at least 0"),
 ])
 def test_wrong_values(tmp_path, key, value, message):
     text = GOOD.replace("  user: cdc\n", f"  user: cdc\n  {key}: {value}\n")
@@ -193,3 +206,9 @@ def test_connection_and_path_keys_take_the_environment(tmp_path):
     text = GOOD.replace("  path: ./lake", "  path: ${LAKE:-./lake}")
     assert load_pipeline(write(tmp_path, text), environ={"PW": "x"}).target.path.endswith("lake")
     assert {"source.host", "source.password", "target.path", "engine.url"} <= set(INTERPOLATED)
+
+
+@pytest.mark.parametrize("example", sorted(SHOP.parent.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_pipeline_is_valid(example):
+    pipeline = load_pipeline(example, environ={"MYSQL_PASSWORD": "x"})
+    assert pipeline.tables

@@ -20,7 +20,7 @@ class Reader:
     """What Capture.flush asks of a binlog reader, after a batch without row changes."""
 
     def __init__(self, position):
-        self.position, self.in_transaction = position, False
+        self.position, self.in_transaction, self.by_gtid = position, False, False
         self.gtid_state = MariaGtidState()
 
     def take(self):

@@ -37,7 +37,7 @@ BAD = {
     "unknown top-level key": _with("sink", {}),
     "port not a number": _with("source.port", "many"),
     "port out of range": _with("source.port", 70000),
-    "chunk_size zero": _with("source.chunk_size", 0),
+    "chunk_size negative": _with("source.chunk_size", -1),
     "unknown startup mode": _with("source.startup", "now"),
     "timestamp mode without its key": _with("source.startup", "timestamp"),
     "offset mode without its key": _with("source.startup", "offset"),
@@ -77,3 +77,14 @@ def test_schema_rejects_what_validate_rejects(case, tmp_path):
     with pytest.raises(ConfigError):
         load_pipeline(path, environ={"PW": "x"})
     assert list(_validator().iter_errors(document)), case
+
+
+def test_the_yaml_reference_page_is_generated_from_the_model():
+    from cdc_sql.config.json_schema import reference_markdown
+
+    page = ROOT / "docs" / "pipeline-yaml.md"
+    assert page.read_text() == reference_markdown(), \
+        "run: cdc-sql schema --markdown > docs/pipeline-yaml.md"
+    for key in ("source.chunk_size", "target.parallelism", "tables[].projection",
+                "source.ssl.ca"):
+        assert f"`{key}`" in page.read_text()

@@ -80,9 +80,9 @@ def test_rendered_sql_is_the_reviewed_sql(name):
     assert text == path.read_text(), f"{path} differs: review, then CDC_SQL_UPDATE_GOLDEN=1"
 
 
-def test_the_window_ddl_query_is_the_reviewed_sql():
-    text = render("window_ddl", bronze_statements="delta.`/lake/bronze/_binlog`")
-    path = GOLDEN / "window_ddl.sql"
+def test_the_statements_query_is_the_reviewed_sql():
+    text = render("statements", bronze_statements="delta.`/lake/bronze/_binlog`")
+    path = GOLDEN / "statements.sql"
     if os.environ.get("CDC_SQL_UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text()

@@ -81,8 +81,9 @@ WHERE NOT (_cdc_op = 'r' AND NOT _cdc_remove)
 
 -- step 8: cdc_changes_orders: the last candidate per key, staged in /lake/_staging/orders (when no key has two candidates, the candidates as they are)
 -- Whether every key has one candidate in the window (then they are the changes as they are, and
--- the last-change-per-key step and its staging are skipped).
-SELECT COUNT(*) = COUNT(DISTINCT `id`, `_cdc_key_placed`)
+-- the last-change-per-key step and its staging are skipped), and how many there are (none: the
+-- MERGE is skipped).
+SELECT COUNT(*) = COUNT(DISTINCT `id`, `_cdc_key_placed`), COUNT(*)
 FROM `cdc_rest_orders`
 -- when it is true:
 SELECT `id`, `status`, `amount`, `placed`, `_cdc_offset`, `_cdc_op`, `_cdc_ts`, `_cdc_key_placed`, `_cdc_remove` FROM `cdc_rest_orders`

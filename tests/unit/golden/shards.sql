@@ -63,8 +63,9 @@ FROM `cdc_images_all_orders`
 
 -- step 5: cdc_changes_all_orders: the last candidate per key, staged in /lake/_staging/all_orders (when no key has two candidates, the candidates as they are)
 -- Whether every key has one candidate in the window (then they are the changes as they are, and
--- the last-change-per-key step and its staging are skipped).
-SELECT COUNT(*) = COUNT(DISTINCT `id`, `_cdc_key_placed`, `_cdc_source_table`)
+-- the last-change-per-key step and its staging are skipped), and how many there are (none: the
+-- MERGE is skipped).
+SELECT COUNT(*) = COUNT(DISTINCT `id`, `_cdc_key_placed`, `_cdc_source_table`), COUNT(*)
 FROM `cdc_candidates_all_orders`
 -- when it is true:
 SELECT `id`, `status`, `amount`, `placed`, `_cdc_offset`, `_cdc_op`, `_cdc_ts`, `_cdc_key_placed`, `_cdc_source_table`, `_cdc_remove` FROM `cdc_candidates_all_orders`

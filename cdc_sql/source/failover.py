@@ -1,0 +1,105 @@
+"""Which server capture reads, and how it resumes there (docs/architecture.md, "Failover").
+
+A binlog position means something on one server only. Capture records, with its position, the
+server it read (`server_identity`) and the GTID position there. A run resumes by position only
+on that server and only where the GTID at the position is still the recorded one; otherwise
+(a promoted replica, a name that moved to another server, a binlog reset) it resumes by GTID:
+MariaDB finds the place in the new server's binlog itself and says where (an artificial
+GTID_LIST event), and the new server's binlog files are numbered on from the old ones
+(`file_base`), so offsets keep growing and silver stays exactly-once. A server that lacks
+transactions capture already read, or a source without a recorded GTID position, stops the run
+with what to do.
+
+The decisions are pure functions of what state recorded and what the server says.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdc_sql.errors import SourceError
+from cdc_sql.source.gtid import MariaGtidState
+from cdc_sql.source.offsets import Offset, file_sequence
+
+RESNAPSHOT = ("re-snapshot the tables (cdc-sql resnapshot), or remove the pipeline's target.path "
+              "and run again")
+
+
+def server_identity(cur, mariadb: bool) -> str:
+    """`server_id=N` on MariaDB (unique among a replication topology's servers), the server's
+    UUID on MySQL."""
+    if mariadb:
+        cur.execute("SELECT @@global.server_id")
+        return f"server_id={cur.fetchone()[0]}"
+    cur.execute("SELECT @@global.server_uuid")
+    return f"server_uuid={cur.fetchone()[0]}"
+
+
+@dataclass(frozen=True)
+class Resume:
+    """How capture goes on: from its recorded position, or from its GTID position (`reason`
+    says why, for the log)."""
+
+    by_gtid: bool
+    reason: str = ""
+
+
+def decide(recorded_server: str, recorded_gtid: str, position: str, server: str,
+           gtid_here: str | None, mariadb: bool) -> Resume:
+    """Resume at `position` only on the server that wrote it, where the GTID position there
+    (`gtid_here`, None when not looked up) is the one recorded; else by GTID, where there is
+    one to resume from."""
+    same = not recorded_server or recorded_server == server
+    if same and (gtid_here is None or not recorded_gtid or
+                 MariaGtidState.parse(gtid_here) == MariaGtidState.parse(recorded_gtid)):
+        return Resume(False)
+    reason = (f"the source is now {server}, capture was reading {recorded_server}" if not same
+              else f"the binlog at {position} is no longer where capture stopped (GTID "
+                   f"position there {gtid_here or 'unknown'}, captured up to {recorded_gtid})")
+    if not recorded_gtid or not mariadb:
+        raise SourceError(f"cannot resume capture: {reason}, and binlog positions of one "
+                          f"server mean nothing on another. "
+                          + ("Resuming by GTID on MySQL is not supported yet" if not mariadb
+                             else "No GTID position was recorded to resume from") +
+                          f"; {RESNAPSHOT}")
+    return Resume(True, reason)
+
+
+def missing(captured: str, server_has: str) -> list[str]:
+    """The GTIDs of `captured` (a MariaDB GTID position) that a server whose binlog reaches
+    `server_has` (its @@gtid_binlog_pos) does not have, per replication domain."""
+    has = {domain: seq for domain, _, seq in MariaGtidState.parse(server_has).last}
+    return [f"{domain}-{server}-{seq}" for domain, server, seq in MariaGtidState.parse(captured).last
+            if has.get(domain, -1) < seq]
+
+
+def check_not_behind(captured: str, server_has: str, server: str) -> None:
+    lacking = missing(captured, server_has)
+    if lacking:
+        raise SourceError(
+            f"the source ({server}) lacks transactions capture already read into bronze: "
+            f"captured up to {captured}, but its binlog only reaches {server_has or 'nothing'} "
+            f"(missing {', '.join(lacking)}). It was behind when it took over: silver holds "
+            f"changes this server never had. Point the pipeline at a server that has them, or "
+            f"{RESNAPSHOT}")
+
+
+def readiness(mariadb: bool, variables: dict) -> str:
+    """What `validate` says about failover, from the server's variables (log_slave_updates,
+    gtid_strict_mode)."""
+    if not mariadb:
+        return ("not supported on MySQL yet: when the source becomes another server, capture "
+                "stops with a message instead of reading positions there")
+    on = lambda name: str(variables.get(name, "")).upper() in ("ON", "1")  # noqa: E731
+    notes = [] if on("gtid_strict_mode") else [
+        "gtid_strict_mode=OFF here: turn it on so a diverged replica is refused, not read"]
+    if not on("log_slave_updates"):
+        notes.append("log_slave_updates=OFF here: every server that may take over needs it ON "
+                     "so its binlog holds the replicated transactions")
+    return "possible by GTID (a replica that takes over must run with log_slave_updates=ON)" + \
+        ("; " + "; ".join(notes) if notes else "")
+
+
+def file_base(captured: Offset, first_file: str) -> int:
+    """What to add to a new server's binlog file numbers so that every offset there follows
+    `captured`, the last offset read on the old server."""
+    return max(0, captured.file_seq + 1 - file_sequence(first_file))
