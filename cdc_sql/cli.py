@@ -9,7 +9,8 @@ import signal
 import sys
 import threading
 
-from cdc_sql import engine, status
+from cdc_sql import engine
+from cdc_sql.ops import status
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError
@@ -204,7 +205,7 @@ def _run(args) -> int:
 
 
 def _verify(args) -> int:
-    from cdc_sql.verify import verify_table  # sqlglot's MySQL transpiler: only when verifying
+    from cdc_sql.ops.verify import verify_table  # sqlglot's MySQL transpiler: only when verifying
 
     pipeline = load_pipeline(args.pipeline)
     names = args.tables.split(",") if args.tables else [t.name for t in pipeline.tables]
@@ -225,7 +226,7 @@ def _verify(args) -> int:
 
 
 def _maintain(args) -> int:
-    from cdc_sql.maintain import maintain  # the run's modules: only for `maintain`
+    from cdc_sql.ops.maintain import maintain  # the run's modules: only for `maintain`
 
     pipeline = load_pipeline(args.pipeline)
     with target_lock(str(pipeline.root), "maintain"):

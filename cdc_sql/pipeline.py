@@ -20,7 +20,8 @@ from contextlib import contextmanager
 
 import pymysql
 
-from cdc_sql import faults, metrics
+from cdc_sql import faults
+from cdc_sql.ops import metrics
 from cdc_sql.capture import Capture
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError

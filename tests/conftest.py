@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cdc_sql.config.model import load_pipeline
-from cdc_sql.devdb import PASSWORD, USER, MariaDB
+from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
 
 _names = itertools.count(1)
 

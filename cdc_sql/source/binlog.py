@@ -28,7 +28,6 @@ from cdc_sql.source.charsets import Charsets, ServerConverter
 from cdc_sql.source.gtid import GtidWatermarks, MariaGtidState
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.rows import DecodeError, TableDecoder, table_decoder
-
 from cdc_sql.source.schema import SourceTable
 
 # A change that cannot be decoded stops the run before anything of its batch is written: no table

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from cdc_sql.devdb import MariaDB
+from cdc_sql.dev.mariadb import MariaDB
 from tests.bench import binlog, scale, snapshot
 
 # stage -> (run, default sizes: the second 4x the first)

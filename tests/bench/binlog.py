@@ -19,7 +19,7 @@ import subprocess
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc_sql.devdb import PASSWORD, USER, MariaDB
+from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
 from tests.bench.common import (Result, create_table, run_child, run_cli, timed, workdir,
                                 write_pipeline)
 

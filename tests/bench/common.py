@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdc_sql.devdb import PASSWORD, USER, MariaDB
+from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
 
 TABLE_DDL = ("CREATE TABLE bench.{name} (id BIGINT PRIMARY KEY, a INT, b VARCHAR(40), "
              "c DECIMAL(12,2), d DATETIME(6), e DOUBLE, f TIMESTAMP NULL)")

@@ -3,7 +3,7 @@ merged, each by `cdc-sql run --until-caught-up` in a child process whose peak me
 `python -m tests.bench --stages scale` (the issue asks for under 2 GB on a 2-core machine)."""
 from __future__ import annotations
 
-from cdc_sql.devdb import MariaDB
+from cdc_sql.dev.mariadb import MariaDB
 from tests.bench.binlog import make_changes
 from tests.bench.common import Result, create_table, run_cli, workdir, write_pipeline
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from cdc_sql.devdb import PASSWORD, USER, MariaDB
+from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
 from tests.bench.common import Result, create_table, run_cli, timed, workdir, write_pipeline
 
 

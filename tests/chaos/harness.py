@@ -32,7 +32,7 @@ from pathlib import Path
 import pymysql
 
 from cdc_sql import faults
-from cdc_sql.devdb import MariaDB
+from cdc_sql.dev.mariadb import MariaDB
 from tests.integration.helpers import state_log
 from tests.integration.writer import RandomWriter
 
@@ -288,7 +288,7 @@ class Chaos:
     def _finish(self) -> None:
         from cdc_sql import engine as engines
         from cdc_sql.config.model import load_pipeline
-        from cdc_sql.verify import compare_table
+        from cdc_sql.ops.verify import compare_table
 
         env = {**os.environ, "CHAOS_PASSWORD": PIPELINE_PASSWORD}
         for verb in (["run", str(self.file), "--until-caught-up"], ["verify", str(self.file)]):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdc_sql.cli import main
-from cdc_sql.devdb import PASSWORD, USER, MariaDB
+from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
 from tests.integration.helpers import state_log
 
 pytestmark = pytest.mark.integration

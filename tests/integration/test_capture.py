@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc_sql.devdb import PASSWORD, USER, MariaDB
+from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
 from cdc_sql.lake.lake import Lake
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from tests.integration.helpers import assert_silver_equals, checkpoint, run, state_log

@@ -6,7 +6,7 @@ again after it, then changed (boundary values, NULLs, key changes, deletes, one 
 every table); silver must equal MariaDB value by value, and `verify` must agree."""
 import pytest
 
-from cdc_sql.verify import compare_table, verify_table
+from cdc_sql.ops.verify import compare_table, verify_table
 from tests.corpus import data
 from tests.integration.helpers import checkpoint, run
 

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_demo_prints_silver_equal_to_source(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "cdc_sql.demo", "--target", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "cdc_sql.dev.demo", "--target", str(tmp_path)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     for table in ("customers", "orders", "big_orders"):

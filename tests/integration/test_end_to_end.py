@@ -1,7 +1,7 @@
 """One table end to end against a real MariaDB: snapshot, binlog, silver by MERGE."""
 import pytest
 
-from cdc_sql.verify import compare_table
+from cdc_sql.ops.verify import compare_table
 from tests.integration.helpers import assert_silver_equals, checkpoint, run
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 stops saying why; it never reads a position on a server that did not write it."""
 import pytest
 
-from cdc_sql.devdb import MariaDB
+from cdc_sql.dev.mariadb import MariaDB
 from cdc_sql.errors import SourceError
 from cdc_sql.lake.lake import Lake
 from tests.integration.helpers import assert_silver_equals, checkpoint, run, silver_path

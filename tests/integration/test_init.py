@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from cdc_sql.devdb import PASSWORD, USER
+from cdc_sql.dev.mariadb import PASSWORD, USER
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ def test_init_writes_a_starter_that_validates(mariadb, database, tmp_path, monke
     assert made.returncode == 0, made.stderr
     text = made.stdout
     assert f"source: {database}.orders   # key: id" in text
-    assert f"`odd-name`" in text and "# key: code" in text
+    assert "`odd-name`" in text and "# key: code" in text
     assert "#   primary_key: [at]" in text and "events has no key" in made.stderr
     assert "GRANT SELECT ON" in text and "GRANT REPLICATION SLAVE" in text
     assert PASSWORD not in text and PASSWORD not in made.stderr

@@ -2,6 +2,7 @@
 Databricks or JVM Spark user runs is Spark SQL, not a Sail dialect. (JVM Delta cannot run here:
 its jars need Maven. Parsing needs only the Spark jars that ship with pyspark.)"""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -9,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from cdc_sql.config.model import Table
+from cdc_sql.config.projection import resolve_projection
 from cdc_sql.lake.silver import batch_steps, plan_silver
 from cdc_sql.sql import render
+from tests.integration.test_projection_functions import EXAMPLES, NAMED
 from tests.unit.test_sql_golden import LAKE, SCENARIOS, facts
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="no Java on this machine")
@@ -32,10 +36,24 @@ def rendered_statements() -> list[tuple[str, str]]:
     return out
 
 
-def test_every_rendered_statement_parses_on_jvm_spark():
-    statements = rendered_statements()
-    assert len(statements) > 20
-    child = subprocess.run([sys.executable, "-m", "tests.jvm_parse"], cwd=ROOT, text=True,
+def allowed_functions() -> list[tuple[str, str]]:
+    """Every function of the projection allow-list, as the projection's Spark SQL."""
+    out = []
+    for name, example in {**EXAMPLES, **NAMED}.items():
+        spec = Table(name="fn", source="db.fn", projection=f"SELECT id, {example} AS f FROM fn")
+        projection = resolve_projection(spec, ["id", "s", "p", "n", "x", "d", "t"], ["id"])
+        items = ", ".join(f"{sql} AS `{alias}`" for sql, alias in projection.columns)
+        out.append((f"allowed function {name}", f"SELECT {items} FROM fn"))
+    return out
+
+
+def test_every_rendered_statement_and_allowed_function_parses_on_jvm_spark():
+    statements = rendered_statements() + allowed_functions()
+    assert len(statements) > 70
+    # a classic session: none of the Spark Connect settings this process's engine has set
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SPARK_CONNECT", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"))}
+    child = subprocess.run([sys.executable, "-m", "tests.jvm_parse"], cwd=ROOT, text=True, env=env,
                            input=json.dumps([sql for _, sql in statements] + [NOT_SQL]),
                            capture_output=True, timeout=300)
     assert child.returncode == 0, child.stderr[-2000:]

@@ -5,8 +5,8 @@ import pytest
 from chispa import assert_df_equality
 
 from cdc_sql.errors import StateError
-from cdc_sql.maintain import maintain
-from cdc_sql.verify import compare_table
+from cdc_sql.ops.maintain import maintain
+from cdc_sql.ops.verify import compare_table
 from tests.integration.helpers import run, silver_path, state_log
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ per allowed function over rows with NULLs, negatives, non-ASCII text and edge da
 import pytest
 
 from cdc_sql.config.projection import ALLOWED_FUNCTIONS, ALLOWED_NAMES
-from cdc_sql.verify import compare_table
+from cdc_sql.ops.verify import compare_table
 from tests.integration.helpers import checkpoint, run
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ def test_allowed_functions_agree_on_the_source_and_in_silver(mariadb, database, 
     mariadb.execute("UPDATE fn SET n = n + 100, s = CONCAT(s, 'z') WHERE id <= 3", db=database)
     run(pipeline, engine)  # the binlog path too
     assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
-    from cdc_sql.verify import verify_table
+    from cdc_sql.ops.verify import verify_table
 
     report = verify_table(engine, pipeline, pipeline.tables[0], checkpoint(engine, pipeline))
     assert report.equal, report.summary()

@@ -8,7 +8,7 @@ each with writes before and after the DDL in the same run.
 import pytest
 
 from cdc_sql.errors import SourceError
-from cdc_sql.verify import compare_table
+from cdc_sql.ops.verify import compare_table
 from tests.integration.helpers import history_path, run, silver_path
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """A regex source merges shards into one silver table keyed by (key, _cdc_source_table)."""
 import pytest
 
-from cdc_sql.verify import compare_table
+from cdc_sql.ops.verify import compare_table
 from tests.integration.helpers import run
 
 pytestmark = pytest.mark.integration

@@ -66,7 +66,7 @@ def test_a_thousand_tiny_splits_cost_little_more_than_ten(mariadb, database, mak
     from pathlib import Path
 
     from cdc_sql.config.model import load_pipeline
-    from cdc_sql.devdb import PASSWORD
+    from cdc_sql.dev.mariadb import PASSWORD
     from tests.integration.helpers import assert_silver_equals, checkpoint, run
 
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",

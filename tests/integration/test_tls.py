@@ -6,7 +6,7 @@ import pytest
 
 from cdc_sql.cli import main
 from cdc_sql.config.model import load_pipeline
-from cdc_sql.devdb import MariaDB
+from cdc_sql.dev.mariadb import MariaDB
 from tests.integration.helpers import assert_silver_equals, run
 
 pytestmark = pytest.mark.integration

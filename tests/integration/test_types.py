@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from cdc_sql.devdb import MariaDB
-from cdc_sql.verify import verify_table
+from cdc_sql.dev.mariadb import MariaDB
+from cdc_sql.ops.verify import verify_table
 from tests.integration.helpers import checkpoint, run, silver_path
 
 pytestmark = pytest.mark.integration

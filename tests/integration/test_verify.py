@@ -2,7 +2,7 @@
 and a change no binlog event carries (sql_log_bin=0) is found and named by its key."""
 import pytest
 
-from cdc_sql.verify import verify_table
+from cdc_sql.ops.verify import verify_table
 from tests.integration.helpers import checkpoint, run
 
 pytestmark = pytest.mark.integration

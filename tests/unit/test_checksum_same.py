@@ -1,5 +1,5 @@
 """Bucket summaries agree: counts and row hashes exactly, float sums within rounding error."""
-from cdc_sql.checksum import same
+from cdc_sql.ops.checksum import same
 
 
 def test_counts_and_hashes_must_match():

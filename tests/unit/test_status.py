@@ -1,9 +1,9 @@
 """Lag arithmetic of `status`, and the Prometheus text of the metrics file."""
 import datetime as dt
 
-from cdc_sql.metrics import prometheus
+from cdc_sql.ops.metrics import prometheus
 from cdc_sql.source.offsets import Position
-from cdc_sql.status import lag_bytes, lag_seconds, render
+from cdc_sql.ops.status import lag_bytes, lag_seconds, render
 
 LOGS = [("binlog.000001", 1000), ("binlog.000002", 5000), ("binlog.000003", 700)]
 

@@ -10,7 +10,7 @@ import logging
 import os
 from pathlib import Path
 
-from cdc_sql import status
+from cdc_sql.ops import status
 from cdc_sql.lake.tables import storage
 
 log = logging.getLogger("cdc_sql")

@@ -1,6 +1,6 @@
 """The demo: a throwaway MariaDB with the `shop` sample, pipelines/shop.yaml, Sail, local Delta.
 
-    python -m cdc_sql.demo [--target DIR]
+    python -m cdc_sql.dev.demo [--target DIR]
 
 It snapshots the sample, changes it (inserts, updates, a key change, deletes), runs again to
 capture the binlog, prints each silver table, and checks it against the source row by row.
@@ -13,9 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cdc_sql.devdb import PASSWORD, USER, MariaDB
+from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
 
-PIPELINE = Path(__file__).resolve().parent.parent / "pipelines" / "shop.yaml"
+PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "shop.yaml"
 
 SCHEMA = [
     "CREATE DATABASE shop",
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _show_and_compare(engine, target: str) -> int:
     from cdc_sql.config.model import load_pipeline
-    from cdc_sql.verify import compare_table
+    from cdc_sql.ops.verify import compare_table
 
     pipeline = load_pipeline(PIPELINE)
     failures = 0

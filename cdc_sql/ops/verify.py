@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from dataclasses import dataclass, field
 
-from cdc_sql.checksum import (FLOAT32_EPSILON, Buckets, Output, mysql_float, mysql_summary,
+from cdc_sql.ops.checksum import (FLOAT32_EPSILON, Buckets, Output, mysql_float, mysql_summary,
                               mysql_text, same, spark_float, spark_summary, spark_text)
 from cdc_sql.config.model import Pipeline, Table
 from cdc_sql.config.projection import parse_projection
