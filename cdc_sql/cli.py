@@ -245,7 +245,7 @@ def _maintain(args) -> int:
 
 
 def _init(args) -> int:
-    from cdc_sql import init
+    from cdc_sql import init  # sqlglot-free, but only `init` needs it
 
     source, database = init.parse_url(args.url, os.environ.get(init.PASSWORD_VARIABLE, ""))
     tables, mariadb, problems = init.read_source(source, database, args.tables)

@@ -15,12 +15,13 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from cdc_sql.config.model import ENGINE_MODES
 from cdc_sql.errors import CdcError
 from cdc_sql.sql import quote, string_literal
 
 log = logging.getLogger(__name__)
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
-MODES = ("sail", "remote", "active", "local")
+MODES = ENGINE_MODES  # the one list, in the config model
 
 
 @dataclass

@@ -12,8 +12,12 @@ import typing
 from dataclasses import MISSING, fields
 from typing import Any
 
+from sqlglot import exp
+
+import udfs
 from cdc_sql.config.loader import INTERPOLATED
 from cdc_sql.config.model import Pipeline
+from cdc_sql.config.projection import ALLOWED_FUNCTIONS, ALLOWED_NAMES
 
 SCHEMA_ID = "https://cdc-sql.dev/pipeline.schema.json"
 # ${VAR} or ${VAR:-default}: the keys in loader.INTERPOLATED may take their value from the
@@ -112,11 +116,6 @@ def reference_markdown() -> str:
 
 def _projections() -> list[str]:
     """The projection rules and the functions a projection may call (projection.py)."""
-    from sqlglot import exp
-
-    import udfs
-    from cdc_sql.config.projection import ALLOWED_FUNCTIONS, ALLOWED_NAMES
-
     lines = ["## Projections", "",
              "`tables[].projection` is one `SELECT ... FROM <table> [WHERE ...]` in MySQL or Spark",
              "SQL, checked by sqlglot and transpiled to Spark SQL: no joins, subqueries, aggregates,",

@@ -5,6 +5,7 @@ rules. Unknown keys are errors, and every error names the file, the key path and
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import types
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_sql.config.loader import Document, read_document
+from cdc_sql.config.projection import parse_projection
 from cdc_sql.errors import ConfigError
 
 STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "snapshot-only")
@@ -112,7 +114,7 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Engine:
+class EngineConfig:
     mode: str = _key("sail (embedded), remote (sc:// URL), local (JVM Spark + delta-spark), "
                      "active (the running SparkSession, e.g. Databricks)", "sail",
                      choices=ENGINE_MODES)
@@ -161,7 +163,7 @@ class Pipeline:
     source: Source = _key("the MySQL/MariaDB source")
     target: Target = _key("the Delta lakehouse")
     tables: list[Table] = _key("tables to capture; each becomes one silver table")
-    engine: Engine = _key("Spark engine; the CLI's --engine overrides it", Engine())
+    engine: EngineConfig = _key("Spark engine; the CLI's --engine overrides it", EngineConfig())
     file: str = field(default="", metadata={"internal": True}, compare=False)
 
     @property
@@ -188,7 +190,6 @@ def load_pipeline(file: str | Path, environ: dict[str, str] | None = None) -> Pi
 
 
 def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
-    import dataclasses
     target = pipeline.target
     path = Path(target.path)
     if not path.is_absolute() and not re.match(r"^[a-z][a-z0-9+]*://", target.path):
@@ -199,7 +200,6 @@ def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
 
 def _read_secrets(pipeline: Pipeline, doc: Document) -> Pipeline:
     """The password from `password_file`; TLS files resolved against the pipeline's folder."""
-    import dataclasses
     source, base = pipeline.source, Path(pipeline.file).resolve().parent
     files = {}
     for key in ("ca", "cert", "key"):
@@ -250,6 +250,7 @@ def _check_startup(pipeline: Pipeline, doc: Document) -> None:
         if value and source.startup != mode:
             raise doc.error(f"`{key}` is only for startup: {mode}", f"source.{key}")
     if source.startup_timestamp:
+        # source/ only when a startup time is set: `validate --offline` needs no driver
         from cdc_sql.source.startup import parse_timestamp
 
         try:
@@ -264,8 +265,6 @@ def _check_startup(pipeline: Pipeline, doc: Document) -> None:
 
 
 def _check_tables(pipeline: Pipeline, doc: Document) -> None:
-    from cdc_sql.config.projection import parse_projection
-
     if not pipeline.tables:
         raise doc.error("list at least one table", "tables")
     seen: dict[str, int] = {}

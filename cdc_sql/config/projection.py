@@ -18,6 +18,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+import udfs
 from cdc_sql.errors import ConfigError
 from cdc_sql.sql import quote
 
@@ -121,8 +122,6 @@ def parse_projection(sql: str, table) -> exp.Select:
 
 
 def _check_allowed(node: exp.Func, name: str) -> None:
-    import udfs
-
     if isinstance(node, _ALLOWED_CLASSES) and not _converts_charset(node):
         return
     if name and (name in ALLOWED_NAMES or name.lower() in {u.lower() for u in udfs.UDFS}):

@@ -14,6 +14,9 @@ commits of bronze and state, and it does what Sail 0.7 lacks (OPTIMIZE, VACUUM, 
 type changes). An engine in another process (remote, active) may not share this machine's file
 system, so there everything goes through its own Spark SQL. Data queries (silver's MERGEs,
 reads) always run on the engine.
+
+deltalake and pyspark are imported where they are used: executors of snapshot tasks load this
+module without a Spark session, and `validate`/`status` without either.
 """
 from __future__ import annotations
 

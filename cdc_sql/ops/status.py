@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from cdc_sql.source import mysql
 from cdc_sql.source.offsets import Offset, Position, file_sequence
+from cdc_sql.source.watermarks import binary_log_status
 
 
 log = logging.getLogger("cdc_sql")
@@ -18,9 +20,6 @@ log = logging.getLogger("cdc_sql")
 
 def source_binlog(pipeline) -> tuple[Position | None, list[tuple[str, int]]]:
     """The source's binlog end and files, or (None, []) when it cannot be reached."""
-    from cdc_sql.source import mysql
-    from cdc_sql.source.watermarks import binary_log_status
-
     try:
         with mysql.cursor(pipeline.source) as cur:
             end, _ = binary_log_status(cur)

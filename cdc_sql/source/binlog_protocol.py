@@ -19,6 +19,8 @@ from typing import Iterator
 
 import pymysql
 
+from cdc_sql.source.failover import server_identity
+from cdc_sql.source.gtid import GtidSet
 from cdc_sql.source.mysql import Connection
 from cdc_sql.source.offsets import Position
 
@@ -93,8 +95,6 @@ class BinlogStream:
     def _prepare(self, heartbeat: float) -> bool:
         with self.conn.cursor() as cur:
             if self.expect_server:
-                from cdc_sql.source.failover import server_identity
-
                 found = server_identity(cur, self.mariadb)
                 if found != self.expect_server:
                     raise StreamError(None, f"the source is now {found}, not {self.expect_server} "
@@ -190,8 +190,6 @@ class BinlogStream:
 
 def encode_gtid_set(text: str) -> bytes:
     """A MySQL GTID set (`uuid:1-5:7,uuid2:1-3`) in COM_BINLOG_DUMP_GTID's binary form."""
-    from cdc_sql.source.gtid import GtidSet
-
     intervals = GtidSet.parse(text).intervals
     out = [struct.pack("<Q", len(intervals))]
     for uuid in sorted(intervals):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import ipaddress
+import json
 import struct
 from dataclasses import dataclass, field
 
@@ -94,7 +95,7 @@ class TableDecoder:
         """A row builder for this table: the compiled one when it was built (or asked for).
         `converter` (charsets.ServerConverter) converts text the source must convert."""
         if compiled is not False:
-            from cdc_sql.source import rowdecode_c
+            from cdc_sql.source import rowdecode_c  # it imports this module: a cycle at the top
 
             if rowdecode_c.available():
                 return rowdecode_c.Builder(self, converter)
@@ -441,8 +442,7 @@ def _bytes_finisher(c: ColumnSpec, converter):
 
 def _json_text(raw: bytes) -> str:
     """MySQL's binary JSON, as MySQL prints it."""
-    import json
-
+    # only MySQL sources have binary JSON; MariaDB's JSON is text
     from pymysqlreplication.json_binary import parse_json
 
     def plain(value):

@@ -127,7 +127,7 @@ def _select_item(column: Column) -> str:
 # -- native (connectorx) ---------------------------------------------------------------------
 def _read_native(source, table: SourceTable, splits: list[Split], mariadb: bool,
                  batch_rows: int) -> SplitRead:
-    import connectorx
+    import connectorx  # optional: without it every split reads with pymysql
 
     conn = mysql.connect(source, autocommit=False)
     try:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import pymysql
+
 from cdc_sql.errors import SourceError
 from cdc_sql.source.offsets import Position
 
@@ -35,8 +37,6 @@ class Watermark:
 
 def binary_log_status(cur) -> tuple[Position, str]:
     """The binlog end: `SHOW BINARY LOG STATUS` (MySQL 8.4+), else `SHOW MASTER STATUS`."""
-    import pymysql
-
     try:
         cur.execute("SHOW BINARY LOG STATUS")
     except pymysql.err.ProgrammingError as exc:
