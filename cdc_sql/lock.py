@@ -17,17 +17,19 @@ from pathlib import Path
 from typing import Iterator
 
 from cdc_sql.errors import StateError
+from cdc_sql.lake.tables import storage
 
 log = logging.getLogger("cdc_sql")
 
 
 @contextmanager
 def target_lock(root: str, command: str) -> Iterator[None]:
-    if "://" in root:
+    if storage(root) != "local":
         log.info("target %s is not on this file system: not locked; keep runs apart by "
                  "scheduling", root)
         yield
         return
+    root = root.removeprefix("file://")
     path = Path(root) / "_lock"
     try:
         Path(root).mkdir(parents=True, exist_ok=True)

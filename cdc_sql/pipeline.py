@@ -185,9 +185,9 @@ class Runner:
                     cur.execute("SELECT @@global.gtid_binlog_pos")
                     failover.check_not_behind(saved.gtid, str(cur.fetchone()[0] or ""), server)
                     base = failover.file_base(saved.at.offset, view.first_binlog.file)
-                    log.warning("capture resumes by GTID after %s: %s; that server's binlog "
-                                "files count from %+d in offsets", saved.gtid, self.resume.reason,
-                                base)
+                    log.warning("capture resumes by GTID after %s: %s; offsets number this "
+                                "server's binlog files %+d so they follow the old ones",
+                                saved.gtid, self.resume.reason, base)
             elif saved is None:  # split watermarks are places in one server's binlog
                 others = sorted({s.server for s in checkpoint.all_splits()
                                  if s.done and s.server and s.server != server})
