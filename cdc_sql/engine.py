@@ -5,7 +5,9 @@ Modes:
 - `remote` any Spark Connect URL (`sc://host:port`), e.g. a Spark 4 cluster with Delta.
 - `active` the SparkSession already running, as in a Databricks job.
 - `local`  a JVM Spark with delta-spark; needs the Delta jars from Maven or `spark.jars`.
-Everything else speaks portable Spark SQL through the session this module returns.
+Everything else speaks portable Spark SQL through the session this module returns. Each mode
+imports its own libraries when it starts (pysail, delta-spark and pyspark's session are optional
+or heavy), and `udfs` only once a session needs them.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ grants the pipeline needs, so the first `validate` passes and the rest is a matt
 """
 from __future__ import annotations
 
+import json
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -126,6 +127,4 @@ def _quoted(name: str) -> str:
 
 def _scalar(text: str) -> str:
     """A YAML scalar that reads back as `text`."""
-    import json
-
     return text if re.fullmatch(r"[A-Za-z0-9_.$@-]+", text) else json.dumps(text)

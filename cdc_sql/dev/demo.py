@@ -13,7 +13,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cdc_sql import engine as engines
+from cdc_sql.cli import main as cli
+from cdc_sql.config.model import load_pipeline
 from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
+from cdc_sql.ops.verify import compare_table
 
 PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "shop.yaml"
 
@@ -57,8 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", help="lakehouse directory (default: a new temp dir)")
     args = parser.parse_args(argv)
     target = args.target or tempfile.mkdtemp(prefix="cdc-sql-demo-")
-    from cdc_sql import engine as engines
-    from cdc_sql.cli import main as cli
 
     with MariaDB() as db:
         os.environ.update(MYSQL_HOST="127.0.0.1", MYSQL_PORT=str(db.port), MYSQL_USER=USER,
@@ -84,9 +86,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _show_and_compare(engine, target: str) -> int:
-    from cdc_sql.config.model import load_pipeline
-    from cdc_sql.ops.verify import compare_table
-
     pipeline = load_pipeline(PIPELINE)
     failures = 0
     for table in pipeline.tables:

@@ -13,7 +13,8 @@
 Capture writes each batch as one commit per table it touched, then records its position in
 state. Rows beyond the recorded position are invisible to silver (its windows end there); a run
 that died in between finds them again through the tables state says were being written
-(`CaptureEntry.landing`), and does not write them twice (`landed_after`).
+(`CaptureEntry.landing`), and does not write them twice (`landed_after`). pyspark is imported
+only where a column is widened: snapshot tasks append to bronze without a session.
 """
 from __future__ import annotations
 

@@ -6,6 +6,9 @@ batch runs are built once, as a list of `Step`s, from the plan, the window and a
 from the lake (`Facts`: bronze's columns, renames and TRUNCATEs in the window); `cdc-sql plan`
 prints that same list. State records P := U only after the MERGE commits; a rerun of the same
 window is harmless (docs/architecture.md, "Why silver is exactly-once").
+
+pyspark's types are imported where a session is used: `validate` and `plan` import this module
+to print the steps, and need no Spark.
 """
 from __future__ import annotations
 
