@@ -45,3 +45,20 @@ def test_init_only_takes_tables_matching_and_refuses_a_password_in_the_url(maria
                   env=env)
     assert refused.returncode == 1 and "MYSQL_PASSWORD" in refused.stderr
     assert PASSWORD not in refused.stderr
+
+
+def test_the_starter_for_the_demo_database_validates(tmp_path):
+    """The demo's own `shop` database, on a server of its own (the name is fixed)."""
+    from cdc_sql.dev.demo import load_sample
+    from cdc_sql.dev.mariadb import MariaDB
+
+    with MariaDB() as server:
+        load_sample(server, customers=5, orders=20)
+        env = {"MYSQL_PASSWORD": PASSWORD, "PATH": "/usr/bin:/bin"}
+        made = cli("init", f"mysql://{USER}@127.0.0.1:{server.port}/shop", env=env)
+        assert made.returncode == 0, made.stderr
+        assert "shop.customers" in made.stdout and "shop.orders" in made.stdout
+        pipeline = tmp_path / "shop.yaml"
+        pipeline.write_text(made.stdout)
+        checked = cli("validate", str(pipeline), env=env)
+        assert checked.returncode == 0, checked.stderr
