@@ -20,6 +20,7 @@ module without a Spark session, and `validate`/`status` without either.
 """
 from __future__ import annotations
 
+import decimal
 import logging
 import re
 import threading
@@ -90,12 +91,28 @@ class TableOps(Protocol):
 def clustered(files: list[tuple] | None, target_bytes: int = 0) -> bool:
     """Whether files, as (min key, max key, bytes), already hold disjoint key ranges none much
     larger than `target_bytes` (then a MERGE rewrites only the files of the keys it changes);
-    None (no statistics) is not clustered."""
+    None (no statistics) is not clustered. Numeric keys may overlap at the edges of neighbouring
+    files, by a quarter of the smaller range at most: Sail spreads the record batches of one
+    bronze file over its partitions, so the files it writes from one group of splits overlap
+    their neighbour by a batch or two (measured: 10M rows, 11 files)."""
     if files is None:
         return False
     ordered = sorted(files)
-    disjoint = all(low > high for (_, high, _), (low, _, _) in zip(ordered, ordered[1:]))
-    return disjoint and all(size <= 2 * (target_bytes or TARGET_FILE_BYTES) for *_, size in files)
+    small = 2 * (target_bytes or TARGET_FILE_BYTES)
+    return all(size <= small for *_, size in files) and \
+        all(_edge_overlap(a, b) for a, b in zip(ordered, ordered[1:])) and \
+        all(low > high for (_, high, _), (low, _, _) in zip(ordered, ordered[2:]))
+
+
+def _edge_overlap(first: tuple, second: tuple) -> bool:
+    """Disjoint, or (numeric keys) overlapping by at most a quarter of the smaller range."""
+    (low1, high1, _), (low2, high2, _) = first, second
+    if low2 > high1:
+        return True
+    if not all(isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool)
+               for v in (low1, high1, low2, high2)):
+        return False
+    return high2 > high1 and 4 * (high1 - low2) <= min(high1 - low1, high2 - low2)
 
 
 def operation(operation: str, parameters, mark) -> str:

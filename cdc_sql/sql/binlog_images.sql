@@ -8,6 +8,7 @@ SELECT
   _cdc_op,
   _cdc_ts,
   :source_table AS _cdc_source_table,
-  _cdc_op = 'd' AS _cdc_deleted
+  _cdc_op = 'd' AS _cdc_deleted,
+  CAST(NULL AS STRING) AS _cdc_attempt
 FROM {{ bronze_changes }}
 WHERE _cdc_offset > :after AND _cdc_offset <= :upto

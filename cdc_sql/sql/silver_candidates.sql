@@ -6,5 +6,6 @@ SELECT
   _cdc_op,
   _cdc_ts,
   _cdc_source_table,
+  _cdc_attempt,
   _cdc_deleted OR NOT COALESCE({{ matches }}, FALSE) AS _cdc_remove
 FROM {{ images }}

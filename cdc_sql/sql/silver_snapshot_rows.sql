@@ -3,4 +3,4 @@
 -- projection's WHERE leaves out stay behind as candidates (silver_snapshot_rest.sql).
 SELECT {{ output }}
 FROM {{ candidates }}
-WHERE _cdc_op = 'r' AND NOT _cdc_remove
+WHERE _cdc_op = 'r' AND NOT _cdc_remove{{ group }}

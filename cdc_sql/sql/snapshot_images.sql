@@ -7,7 +7,8 @@ SELECT
   'r' AS _cdc_op,
   b._cdc_read_at AS _cdc_ts,
   :source_table AS _cdc_source_table,
-  FALSE AS _cdc_deleted
+  FALSE AS _cdc_deleted,
+  b._cdc_attempt
 FROM {{ bronze_snapshot }} AS b
 JOIN {{ done_splits }} AS d
   ON b._cdc_split_id = d.split_id AND b._cdc_attempt = d.attempt

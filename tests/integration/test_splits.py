@@ -83,3 +83,22 @@ def test_a_thousand_tiny_splits_cost_little_more_than_ten(mariadb, database, mak
         assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")
         seconds[chunk] = summary["seconds_snapshot"]
     assert seconds[20] <= seconds[2000] + 1.5, seconds
+
+
+def test_the_first_silver_version_needs_no_clustering(mariadb, database, make_pipeline, engine):
+    """The snapshot rows are written one branch per group of splits read together, so silver's
+    first files hold disjoint key ranges and are not z-ordered again."""
+    from deltalake import DeltaTable
+
+    from tests.integration.helpers import assert_silver_equals, checkpoint, run, silver_path
+
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_20000", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t", chunk_size=1000,
+                             parallelism=2)
+    run(pipeline, engine)
+    attempts = {s.attempt for s in checkpoint(engine, pipeline).splits(f"{database}.t")}
+    assert len(attempts) >= 2  # read in several groups
+    operations = [h["operation"] for h in DeltaTable(silver_path(pipeline, "t")).history()]
+    assert not [op for op in operations if "OPTIMIZE" in op.upper()], operations
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")

@@ -52,6 +52,12 @@ def test_files_are_clustered_when_key_ranges_are_disjoint_and_not_too_large():
 
     assert clustered([(1, 10, 100), (11, 20, 100)], target_bytes=100)
     assert clustered([(11, 20, 100), (1, 10, 100)], target_bytes=100)  # any order
-    assert not clustered([(1, 10, 100), (10, 20, 100)], target_bytes=100)  # overlap
+    assert not clustered([(1, 10, 100), (5, 20, 100)], target_bytes=100)  # overlap
+    edges = [(1, 1_114_112, 9), (983_041, 1_914_570, 9), (1_914_571, 3_028_682, 9)]
+    assert clustered(edges, target_bytes=100)  # neighbours overlap by a batch (Sail's writes)
+    assert not clustered([("a", "k", 9), ("j", "z", 9)], target_bytes=100)  # text: strictly
+    assert not clustered([(1, 100, 9), (2, 99, 9)], target_bytes=100)  # hashed: every key
+    assert not clustered([(1, 100, 9), (50, 150, 9)], target_bytes=100)  # half overlaps
+    assert not clustered([(1, 40, 9), (30, 70, 9), (35, 100, 9)], target_bytes=100)
     assert not clustered([(1, 10, 100), (11, 20, 201)], target_bytes=100)  # one file too large
     assert not clustered(None)  # no statistics

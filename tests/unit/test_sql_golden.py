@@ -40,7 +40,8 @@ SCENARIOS = {
               projection="SELECT id, UPPER(status) AS status, amount, placed FROM orders "
                          "WHERE amount > 0"),
         [ORDERS], Window("", "000002:000000000100:000000",
-                         {"shop.orders": ((0, "a1", "000001:000000000004:000000"),)},
+                         {"shop.orders": ((0, "a1", "000001:000000000004:000000"),
+                                         (1, "a2", "000001:000000000090:000000"))},
                          first=True)),
     "later_batch_after_a_rename": (
         Table(name="orders", source="shop.orders"), [ORDERS],

@@ -1,5 +1,5 @@
 -- step 1: cdc_images_orders_0_splits: the done splits of shop.orders (id, attempt, watermark)
--- rows: [(0, 'a1', '000001:000000000004:000000')]
+-- rows: [(0, 'a1', '000001:000000000004:000000'), (1, 'a2', '000001:000000000090:000000')]
 
 -- step 2: cdc_images_orders_0_s: snapshot rows of shop.orders
 --   :source_table = 'shop.orders'
@@ -16,7 +16,8 @@ SELECT
   'r' AS _cdc_op,
   b._cdc_read_at AS _cdc_ts,
   :source_table AS _cdc_source_table,
-  FALSE AS _cdc_deleted
+  FALSE AS _cdc_deleted,
+  b._cdc_attempt
 FROM delta.`/lake/bronze/_snapshot/shop.orders` AS b
 JOIN `cdc_images_orders_0_splits` AS d
   ON b._cdc_split_id = d.split_id AND b._cdc_attempt = d.attempt
@@ -39,7 +40,8 @@ SELECT
   _cdc_op,
   _cdc_ts,
   :source_table AS _cdc_source_table,
-  _cdc_op = 'd' AS _cdc_deleted
+  _cdc_op = 'd' AS _cdc_deleted,
+  CAST(NULL AS STRING) AS _cdc_attempt
 FROM delta.`/lake/bronze/_changes/shop.orders`
 WHERE _cdc_offset > :after AND _cdc_offset <= :upto
 
@@ -59,16 +61,24 @@ SELECT
   _cdc_op,
   _cdc_ts,
   _cdc_source_table,
+  _cdc_attempt,
   _cdc_deleted OR NOT COALESCE(`amount` > 0, FALSE) AS _cdc_remove
 FROM `cdc_images_orders`
 
 -- step 6: the snapshot rows, written into silver as it is created (first batch only)
+--   :group_0 = 'a1'
+--   :group_1 = 'a2'
 -- The first batch writes the snapshot rows into silver as they are: each key has at most one
 -- snapshot row (splits are disjoint key ranges), placed at its split's watermark. Rows the
 -- projection's WHERE leaves out stay behind as candidates (silver_snapshot_rest.sql).
 SELECT `id`, `status`, `amount`, `placed`, `_cdc_offset`, `_cdc_op`, `_cdc_ts`, `_cdc_key_placed`
 FROM `cdc_candidates_orders`
-WHERE _cdc_op = 'r' AND NOT _cdc_remove
+WHERE _cdc_op = 'r' AND NOT _cdc_remove AND _cdc_attempt = :group_0
+
+UNION ALL
+SELECT `id`, `status`, `amount`, `placed`, `_cdc_offset`, `_cdc_op`, `_cdc_ts`, `_cdc_key_placed`
+FROM `cdc_candidates_orders`
+WHERE _cdc_op = 'r' AND NOT _cdc_remove AND _cdc_attempt = :group_1
 
 -- step 7: cdc_rest_orders: what is left to MERGE after the snapshot rows
 -- What the first batch still MERGEs after writing the snapshot rows: the binlog changes, and

@@ -17,7 +17,8 @@ SELECT
   _cdc_op,
   _cdc_ts,
   :source_table AS _cdc_source_table,
-  _cdc_op = 'd' AS _cdc_deleted
+  _cdc_op = 'd' AS _cdc_deleted,
+  CAST(NULL AS STRING) AS _cdc_attempt
 FROM delta.`/lake/bronze/_changes/shop.orders`
 WHERE _cdc_offset > :after AND _cdc_offset <= :upto
 
@@ -37,6 +38,7 @@ SELECT
   _cdc_op,
   _cdc_ts,
   _cdc_source_table,
+  _cdc_attempt,
   _cdc_deleted OR NOT COALESCE(TRUE, FALSE) AS _cdc_remove
 FROM `cdc_images_orders`
 

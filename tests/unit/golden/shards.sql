@@ -16,7 +16,8 @@ SELECT
   _cdc_op,
   _cdc_ts,
   :source_table AS _cdc_source_table,
-  _cdc_op = 'd' AS _cdc_deleted
+  _cdc_op = 'd' AS _cdc_deleted,
+  CAST(NULL AS STRING) AS _cdc_attempt
 FROM delta.`/lake/bronze/_changes/shop.orders`
 WHERE _cdc_offset > :after AND _cdc_offset <= :upto
 
@@ -38,7 +39,8 @@ SELECT
   _cdc_op,
   _cdc_ts,
   :source_table AS _cdc_source_table,
-  _cdc_op = 'd' AS _cdc_deleted
+  _cdc_op = 'd' AS _cdc_deleted,
+  CAST(NULL AS STRING) AS _cdc_attempt
 FROM delta.`/lake/bronze/_changes/shop.orders_2`
 WHERE _cdc_offset > :after AND _cdc_offset <= :upto
 
@@ -58,6 +60,7 @@ SELECT
   _cdc_op,
   _cdc_ts,
   _cdc_source_table,
+  _cdc_attempt,
   _cdc_deleted OR NOT COALESCE(TRUE, FALSE) AS _cdc_remove
 FROM `cdc_images_all_orders`
 
