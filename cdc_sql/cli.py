@@ -10,7 +10,6 @@ import sys
 import threading
 
 from cdc_sql import engine
-from cdc_sql.ops import status
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError
@@ -18,6 +17,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import Facts, batch_steps, describe, plan_silver
 from cdc_sql.lake.state import State
 from cdc_sql.lock import target_lock
+from cdc_sql.ops import status
 from cdc_sql.planner import Window
 from cdc_sql.source import failover, mysql, preflight
 from cdc_sql.source.splits import plan_splits

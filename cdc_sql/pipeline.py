@@ -21,7 +21,6 @@ from contextlib import contextmanager
 import pymysql
 
 from cdc_sql import faults
-from cdc_sql.ops import metrics
 from cdc_sql.capture import Capture
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
@@ -31,6 +30,7 @@ from cdc_sql.lake.silver import (SilverPlan, check_untouched, merge_window, owne
                                  owned_versions, plan_silver, read_statements)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
+from cdc_sql.ops import metrics
 from cdc_sql.planner import next_window
 from cdc_sql.progress import Progress
 from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_splits

@@ -428,13 +428,12 @@ def _define_view(spark, step: Step, earlier: list[Step]) -> None:
 
 
 def _execute(lake, step: Step) -> int | None:
-    """Carry out one step; a stage step returns its rows when it knows them."""
+    """Carry out one step other than a view (views go through _define_view); a stage step
+    returns its rows when it knows them."""
     spark = lake.spark
     if step.kind == "splits":
         spark.createDataFrame(list(step.splits), "split_id INT, attempt STRING, watermark STRING") \
             .createOrReplaceTempView(step.name)
-    elif step.kind == "view":
-        spark.sql(step.sql, args=step.args or None).createOrReplaceTempView(step.name)
     elif step.kind == "append":
         if not lake.tables.exists(step.name):
             rows = spark.sql(step.sql, args=step.args or None)

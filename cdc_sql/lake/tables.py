@@ -223,7 +223,7 @@ class DeltaRsTables:
     table for itself, so that streams into one table are written side by side."""
 
     def __init__(self):
-        self._open_tables: dict[str, tuple[threading.Lock, object]] = {}
+        self._open_tables: dict[str, list] = {}  # path -> [its lock, its DeltaTable or None]
         self._lock = threading.Lock()
 
     @contextmanager
@@ -232,15 +232,16 @@ class DeltaRsTables:
         from deltalake import DeltaTable
 
         with self._lock:
-            lock, table = self._open_tables.get(str(path), (threading.Lock(), None))
-            self._open_tables[str(path)] = (lock, table)
-        with lock:
-            try:
-                table.update_incremental()
-            except Exception:  # noqa: BLE001 - not open yet, or replaced: open it anew
-                table = DeltaTable(str(path))
-                self._open_tables[str(path)] = (lock, table)
-            yield table
+            entry = self._open_tables.setdefault(str(path), [threading.Lock(), None])
+        with entry[0]:
+            if entry[1] is not None:
+                try:
+                    entry[1].update_incremental()
+                except Exception:  # noqa: BLE001 - replaced (recreated, vacuumed): open anew
+                    entry[1] = None
+            if entry[1] is None:
+                entry[1] = DeltaTable(str(path))
+            yield entry[1]
 
     def exists(self, path: str) -> bool:
         from deltalake import DeltaTable
@@ -396,9 +397,8 @@ class DeltaRsTables:
     def key_ranges(self, path: str, column: str) -> list[tuple] | None:
         """(min, max, bytes) of `column` in each file, from the Delta log's statistics; None
         when a file has none."""
-        from deltalake import DeltaTable
-
-        actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+        with self._table(path) as table:
+            actions = pa.table(table.get_add_actions(flatten=True))
         names = (f"min.{column}", f"max.{column}")
         if not set(names) <= set(actions.column_names):
             return None

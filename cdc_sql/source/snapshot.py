@@ -14,7 +14,7 @@ Both stream: memory follows the batch, not the split or the table.
 from __future__ import annotations
 
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import pyarrow as pa
@@ -100,15 +100,14 @@ def _select_sql(table: SourceTable, splits: list[Split], native: bool) -> tuple[
 
 
 def _split_id_sql(key: list[str], splits: list[Split], literal) -> tuple[str, list]:
+    """The id of a row's split: the first whose upper bound the key is below."""
     if len(splits) == 1:
         return str(int(splits[0].split_id)), []
-    row = f"({', '.join(key)})" if len(key) > 1 else key[0]
     cases, args = [], []
     for split in splits[:-1]:
-        bound = [literal(v) for v in split.upper] if literal else ["%s"] * len(split.upper)
-        shown = f"({', '.join(bound)})" if len(bound) > 1 else bound[0]
-        cases.append(f"WHEN {row} < {shown} THEN {int(split.split_id)}")
-        args.extend([] if literal else split.upper)
+        below, bound = replace(split, lower=None).where(key, literal=literal)
+        cases.append(f"WHEN {below} THEN {int(split.split_id)}")
+        args.extend(bound)
     return f"CASE {' '.join(cases)} ELSE {int(splits[-1].split_id)} END", args
 
 
