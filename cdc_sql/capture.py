@@ -26,7 +26,7 @@ from cdc_sql.lake.tables import each
 from cdc_sql.lake.state import CaptureEntry, SplitEntry
 from cdc_sql.source.binlog import BinlogReader
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
-from cdc_sql.source.offsets import Position
+from cdc_sql.source.offsets import Offset, Position
 
 log = logging.getLogger("cdc_sql")
 
@@ -82,10 +82,13 @@ class Capture:
         marks = GtidWatermarks({name: GtidSet.parse(s.watermark_gtid)
                                 for name, s in pending.items()})
         batch_rows = self.source.binlog_batch_rows
+        keys = {t.qualified: key for key, t in self.tables.items()}
+        drop = {keys[e.source_table]: Offset.parse(e.start) for e in checkpoint.resnapshots()
+                if e.prepared and e.source_table in keys}  # re-snapshots hold those
         reader = BinlogReader(self.source, list(self.tables.values()), start, stop_at,
                               self.mariadb, gtid_marks=marks, gtid_state=self.committed.gtid,
                               matches=self.matches, skip=skip, part_rows=batch_rows,
-                              server=self.server, by_gtid=by_gtid, base=base)
+                              server=self.server, by_gtid=by_gtid, base=base, drop=drop)
         last_flush = time.monotonic()
         try:
             for kind in reader.read():

@@ -1,4 +1,5 @@
-"""`cdc-sql`: validate, plan, run, status. Exit codes: 0 ok, 1 failure, 2 usage."""
+"""`cdc-sql`: validate, plan, run, verify, resnapshot, maintain, status, init, schema.
+Exit codes: 0 ok, 1 failure, 2 usage."""
 from __future__ import annotations
 
 import argparse
@@ -91,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
     maintain.add_argument("--retention-hours", type=float,
                           help="override target.retention_hours (0: prune and vacuum all it can)")
     _engine_options(maintain)
+    again = command("resnapshot", _resnapshot, "read tables again while the pipeline runs: "
+                    "their silver stays readable and is replaced in one commit by the new "
+                    "snapshot (the next run, or the one following the binlog, does it)")
+    again.add_argument("--tables", help="comma-separated silver table names (default: all; "
+                                        "every table also mends a failover capture cannot "
+                                        "resume from)")
+    _engine_options(again)
     init = commands.add_parser("init", help="print a starter pipeline for a source database",
                                description="print a commented starter pipeline for a source "
                                            "database (password from $MYSQL_PASSWORD)")
@@ -208,10 +216,7 @@ def _verify(args) -> int:
     from cdc_sql.ops.verify import verify_table  # sqlglot's MySQL transpiler: only when verifying
 
     pipeline = load_pipeline(args.pipeline)
-    names = args.tables.split(",") if args.tables else [t.name for t in pipeline.tables]
-    unknown = sorted(set(names) - {t.name for t in pipeline.tables})
-    if unknown:
-        raise CdcError(f"{args.pipeline}: no table named {', '.join(unknown)}")
+    names = _table_names(args, pipeline)
     engine = _engine(args, pipeline)
     differing = 0
     try:
@@ -223,6 +228,40 @@ def _verify(args) -> int:
     finally:
         engine.stop()
     return 1 if differing else 0
+
+
+def _resnapshot(args) -> int:
+    from cdc_sql import resnapshot
+
+    pipeline = load_pipeline(args.pipeline)
+    names = _table_names(args, pipeline)
+    view = preflight.inspect_source(pipeline)
+    sources = {plan.spec.name: [t.qualified for t in plan.sources]
+               for plan in _plans(pipeline, view)}
+    silver, tables = resnapshot.closure(names, sources)
+    engine = _engine(args, pipeline)
+    try:
+        State(Lake.open(engine, str(pipeline.root))).write(*resnapshot.requests(
+            tables, f"cdc-sql resnapshot --tables {','.join(silver)}", preflight.now()))
+    finally:
+        engine.stop()
+    also = sorted(set(silver) - set(names))
+    print(f"re-snapshot requested: {', '.join(tables)}"
+          + (f" (also for {', '.join(also)}, which reads them too)" if also else ""))
+    print(f"the next run (or the one following the binlog) reads them again; {', '.join(silver)} "
+          f"stay readable as they are until the new snapshot replaces them in one commit")
+    return 0
+
+
+def _table_names(args, pipeline: Pipeline) -> list[str]:
+    """--tables, checked against the pipeline's tables (all of them when not given)."""
+    names = [n.strip() for n in args.tables.split(",") if n.strip()] if args.tables else \
+        [t.name for t in pipeline.tables]
+    unknown = sorted(set(names) - {t.name for t in pipeline.tables})
+    if unknown or not names:
+        raise CdcError(f"{args.pipeline}: no table named {', '.join(unknown) or '(none given)'} "
+                       f"(its tables: {', '.join(t.name for t in pipeline.tables)})")
+    return names
 
 
 def _maintain(args) -> int:

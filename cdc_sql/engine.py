@@ -80,6 +80,12 @@ class Engine:
             writer = writer.option(key, value)
         writer.save(str(path))
 
+    def replace(self, df, path: str, mark: str) -> None:
+        """Overwrite the table with `df`'s rows and columns in one commit, marked `mark`:
+        readers see the old rows or the new ones, never an empty or half table."""
+        df.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .option("userMetadata", mark).save(str(path))
+
     def register(self, catalog: str, schema: str, name: str, path: str) -> str:
         """Make a Delta table reachable by name; returns the name. Sail's catalog lives in its
         session only and has no other catalogs: there, `catalog` is left out."""

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import pymysql
 
-from cdc_sql import faults
+from cdc_sql import faults, resnapshot
 from cdc_sql.capture import Capture
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
@@ -35,7 +35,7 @@ from cdc_sql.planner import next_window
 from cdc_sql.progress import Progress
 from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_splits
 from cdc_sql.source import failover, mysql, startup
-from cdc_sql.source.offsets import Position, file_sequence
+from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.preflight import SourceView, inspect_source, now
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.splits import Split, group_splits, plan_splits, table_size
@@ -111,6 +111,10 @@ class Runner:
                 summary["snapshot_rows"] = self.snapshot(view)
             view = self._refresh_end(view)  # capture reaches past every snapshot watermark
             while not self.stop.is_set():
+                if resnapshot.pending(self.state.load()):  # asked for while this run follows
+                    with timed(summary, "snapshot"):
+                        summary["snapshot_rows"] += self.snapshot(view)
+                    view = self._refresh_end(view)
                 with timed(summary, "capture"):
                     captured = self.capture(view, self.state.load(), view.end)
                 if self.schema_changed:  # capture stopped after a DDL: merge and go on with
@@ -167,38 +171,99 @@ class Runner:
     # -- phase 0: which server, and where on it capture resumes --------------------------------
     def _resolve_server(self, view: SourceView, checkpoint: Checkpoint) -> SourceView:
         """Trust a recorded position only on the server that wrote it, with the GTID there
-        unchanged; else resume by GTID (source/failover.py). Sets the view's server and base."""
-        saved = checkpoint.capture
+        unchanged; else resume by GTID (source/failover.py). Where capture cannot go on (a
+        purged binlog, a server that is behind), it starts over if every table is to be read
+        again. Sets the view's server and base."""
         with mysql.cursor(self.pipeline.source) as cur:
             server = failover.server_identity(cur, view.mariadb)
             self.resume = failover.Resume(False)
-            base = 0
-            if saved is not None and saved.position:
-                here = None  # a purged file is not another binlog: reading it says purged
-                if view.mariadb and saved.gtid and saved.server in ("", server) and \
-                        file_sequence(saved.at.file) >= file_sequence(view.first_binlog.file):
-                    here = self._gtid_here(cur, saved.at)
-                self.resume = failover.decide(saved.server, saved.gtid, str(saved.at), server,
-                                              here, view.mariadb)
-                base = saved.at.base
-                if self.resume.by_gtid:
-                    cur.execute("SELECT @@global.gtid_binlog_pos")
-                    failover.check_not_behind(saved.gtid, str(cur.fetchone()[0] or ""), server)
-                    base = failover.file_base(saved.at.offset, view.first_binlog.file)
-                    log.warning("capture resumes by GTID after %s: %s; offsets number this "
-                                "server's binlog files %+d so they follow the old ones",
-                                saved.gtid, self.resume.reason, base)
-            elif saved is None:  # split watermarks are places in one server's binlog
-                others = sorted({s.server for s in checkpoint.all_splits()
-                                 if s.done and s.server and s.server != server})
-                if others:
-                    raise SourceError(
-                        f"the snapshot was read on {', '.join(others)}, but the source is now "
-                        f"{server}: the snapshot's binlog watermarks mean nothing there and "
-                        f"capture has not begun: {failover.RESNAPSHOT}")
+            try:
+                saved, base = self._resume_here(view, checkpoint, cur, server)
+            except SourceError as exc:
+                wanted = {e.source_table for e in checkpoint.resnapshots() if not e.prepared}
+                if not {t.qualified for t in view.source_tables} <= wanted:
+                    raise
+                saved, base = self._start_over(view, checkpoint, cur, server, str(exc))
         self.resume_from = saved.position if saved else None
         return dataclasses.replace(view, server=server, base=base,
                                    end=dataclasses.replace(view.end, base=base))
+
+    def _resume_here(self, view: SourceView, checkpoint: Checkpoint, cur,
+                     server: str) -> tuple[CaptureEntry | None, int]:
+        """How capture goes on on `server` (self.resume): the capture entry it goes on from
+        and the base of this server's file numbers in offsets."""
+        saved = checkpoint.capture
+        if saved is not None and saved.position and saved.server in ("", server) and \
+                resnapshot.purged(saved.at.file, view.first_binlog.file):
+            saved = self._purged(view, checkpoint, cur, server)
+        if saved is None:  # split watermarks are places in one server's binlog
+            others = sorted({s.server for s in checkpoint.all_splits()
+                             if s.done and s.server and s.server != server})
+            if others:
+                raise SourceError(
+                    f"the snapshot was read on {', '.join(others)}, but the source is now "
+                    f"{server}: the snapshot's binlog watermarks mean nothing there and "
+                    f"capture has not begun: {failover.RESNAPSHOT}")
+            return None, 0
+        if not saved.position:
+            return saved, 0
+        here = None  # a purged file is not another binlog: reading it says purged
+        if view.mariadb and saved.gtid and saved.server in ("", server) and \
+                file_sequence(saved.at.file) >= file_sequence(view.first_binlog.file):
+            here = self._gtid_here(cur, saved.at)
+        self.resume = failover.decide(saved.server, saved.gtid, str(saved.at), server, here,
+                                      view.mariadb)
+        if not self.resume.by_gtid:
+            return saved, saved.at.base
+        cur.execute("SELECT @@global.gtid_binlog_pos")
+        failover.check_not_behind(saved.gtid, str(cur.fetchone()[0] or ""), server)
+        base = failover.file_base(saved.at.offset, view.first_binlog.file)
+        log.warning("capture resumes by GTID after %s: %s; offsets number this server's binlog "
+                    "files %+d so they follow the old ones", saved.gtid, self.resume.reason, base)
+        return saved, base
+
+    def _start_over(self, view: SourceView, checkpoint: Checkpoint, cur, server: str,
+                    why: str) -> tuple[CaptureEntry | None, int]:
+        """Capture cannot go on on this server (another one, behind, without a GTID to resume
+        from), but every table is to be read again: capture starts over at the server's
+        current position, its files numbered on from what was read before, so offsets keep
+        growing. Returns the new capture entry and that base."""
+        saved = checkpoint.capture
+        read = [saved.at.offset] if saved and saved.position else \
+            [Offset.parse(s.watermark) for s in checkpoint.all_splits() if s.watermark]
+        base = failover.file_base(max(read), view.first_binlog.file) if read else 0
+        end = dataclasses.replace(view.end, base=base)
+        if saved is not None:
+            bronze.drop_after(self.lake, [tuple(t) for t in saved.landing], saved.at.offset)
+        moved = CaptureEntry(position=str(end), server=server,
+                             gtid=gtid_position(cur, end) if view.mariadb else "")
+        self.state.write(moved)
+        self.resume = failover.Resume(False)
+        log.warning("%s. Every table is being read again: capture starts over at %s", why, end)
+        return moved, base
+
+    def _purged(self, view: SourceView, checkpoint: Checkpoint, cur, server: str) -> CaptureEntry:
+        """The binlog capture stopped in is gone. With `on_purged_binlog: resnapshot`, capture
+        goes on from the oldest binlog the server has, and the source tables that needed the
+        purged part are read again (resnapshot.py); else the run stops, saying so."""
+        saved = checkpoint.capture
+        gone = f"the source purged the binlog capture needs ({saved.at} onwards; its oldest " \
+               f"binlog is {view.first_binlog.file})"
+        if self.pipeline.source.on_purged_binlog != "resnapshot":
+            raise SourceError(f"{gone}: the changes in between are lost to this pipeline. Set "
+                              f"source.on_purged_binlog: resnapshot to read the tables again "
+                              f"(or run cdc-sql resnapshot), and raise the binlog retention")
+        oldest = dataclasses.replace(view.first_binlog, base=saved.at.base)
+        sources = {plan.spec.name: [t.qualified for t in plan.sources]
+                   for plan in silver_plans(self.pipeline, view)}
+        again = resnapshot.affected_by_purge(checkpoint, sources, oldest.offset.text)
+        bronze.drop_after(self.lake, [tuple(t) for t in saved.landing], saved.at.offset)
+        moved = CaptureEntry(position=str(oldest), server=server,
+                             gtid=gtid_position(cur, oldest) if view.mariadb else "")
+        self.state.write(moved, *resnapshot.requests(again, gone, now()))
+        log.warning("%s: capture goes on from %s; read again: %s", gone, oldest,
+                    ", ".join(again) or "no table (none needed the purged part)")
+        return moved
 
     @staticmethod
     def _gtid_here(cur, position: Position) -> str:
@@ -235,15 +300,15 @@ class Runner:
 
     # -- phase 2: snapshot ----------------------------------------------------------------------
     def snapshot(self, view: SourceView) -> int:
-        """Read every unfinished split into bronze; returns the rows read."""
-        if self.pipeline.source.startup not in ("initial", "snapshot-only"):
-            return 0
+        """Prepare requested re-snapshots, then read every unfinished split into bronze;
+        returns the rows read."""
         source = self.pipeline.source
-        checkpoint = self.state.load()
+        checkpoint = self._prepare_resnapshots(view, self.state.load())
+        initial = source.startup in ("initial", "snapshot-only")
         sizes = {}
         with mysql.cursor(source) as cur:  # new tables too (a shard that appeared)
             new = [(t, plan_splits(cur, t, source.chunk_size, source.parallelism))
-                   for t in view.source_tables if not checkpoint.splits(t.qualified)]
+                   for t in view.source_tables if initial and not checkpoint.splits(t.qualified)]
             if new:
                 self.state.write(*(SplitEntry.planned(s) for _, splits in new for s in splits))
                 checkpoint = self.state.load()
@@ -274,6 +339,28 @@ class Runner:
             entries = self._record_as_done(futures)
         progress.finish()
         return sum(e.rows for e in entries)
+
+    def _prepare_resnapshots(self, view: SourceView, checkpoint: Checkpoint) -> Checkpoint:
+        """Requested re-snapshots: the tables' bronze emptied, then their new splits, start and
+        silver marks in one state commit (resnapshot.py)."""
+        if not resnapshot.pending(checkpoint):
+            return checkpoint
+        source = self.pipeline.source
+        wanted = {e.source_table for e in checkpoint.resnapshots() if not e.prepared}
+        chosen = [t for t in view.source_tables if t.qualified in wanted]
+        with mysql.cursor(source) as cur:  # the new splits' watermarks all come after it
+            start = dataclasses.replace(binary_log_status(cur)[0], base=view.base).offset.text
+            planned = {t.qualified: plan_splits(cur, t, source.chunk_size, source.parallelism)
+                       for t in chosen}
+        tables.each(lambda table: bronze.reset(self.lake, table), chosen)
+        faults.point("resnapshot.reset")  # bronze emptied, state not told: prepared again
+        silver = [spec.name for spec in self.pipeline.tables
+                  if any(spec.matches(t.db, t.name) for t in chosen)]
+        self.state.write(*resnapshot.prepared(checkpoint, planned, start, silver))
+        log.warning("re-snapshot of %s: capture keeps their changes after %s; %s stay as they "
+                    "are until the new snapshot replaces them", ", ".join(sorted(planned)) or
+                    "no table that still exists", start, ", ".join(silver) or "no silver table")
+        return self.state.load()
 
     def _read_splits(self, view: SourceView, table: SourceTable, splits: list[Split],
                      progress: Progress) -> list[SplitEntry]:
@@ -381,7 +468,7 @@ class Runner:
             return []
         if not window.idle:
             merge_window(self.lake, plan, window, statements)
-        if window.first:  # the whole snapshot went in: one key range per file
+        if window.first or window.replace:  # a whole snapshot went in: one key range per file
             for path in owned_tables(self.lake, plan.spec).values():
                 cluster_if_mixed(self.lake, path, list(plan.key))
         source_time = capture.source_time if capture and window.upto == capture.offset else None

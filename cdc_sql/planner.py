@@ -10,13 +10,17 @@ later, a new shard), the rows of the snapshot splits being merged. The rules
   commit; with history it waits past every split's read (history starts there);
 - later batches take (P, capture position]; splits that appeared since (a new shard) join the
   batch that passes all their watermarks, and until then the table waits;
+- a table being re-snapshotted (`cdc-sql resnapshot`, a purged binlog) waits, its silver as
+  it stood, until every new split is done and capture has passed their watermarks; then one
+  window replaces silver: the new splits' rows and the changes after the re-snapshot's start,
+  by the first batch's rules (the old silver plays no part);
 - a table none of whose source tables changed in a window this run captured whole moves P
   without a MERGE (idle);
 - `snapshot-only` pipelines take the first batch up to the highest watermark and stop there.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cdc_sql.lake.state import CaptureEntry, SplitEntry, TableEntry
 
@@ -31,6 +35,7 @@ class Window:
     first: bool = False           # the first batch: silver is created from the snapshot rows
     history_start: str | None = None  # first batch with history: where history begins
     idle: bool = False            # nothing to merge: only P moves to U
+    replace: bool = False         # a re-snapshot: silver is replaced, in one commit
 
 
 def done_splits(splits: list[SplitEntry]) -> Splits:
@@ -50,6 +55,9 @@ def next_window(entry: TableEntry | None, splits: list[SplitEntry],
     (P, capture position] and none of it touched the table."""
     if entry is None or not entry.snapshot_merged:
         return _first_window(splits, capture, snapshot_only, history)
+    if entry.resnapshot:
+        window = _first_window(splits, capture, snapshot_only, history=False)
+        return window and replace(window, after=entry.resnapshot, first=False, replace=True)
     applied = entry.applied
     if capture is None or capture.offset <= applied:
         return None

@@ -88,6 +88,11 @@ class Source:
     binlog_batch_bytes: int = _key("... or after this many bytes of row images", 64 * 2**20,
                                    minimum=1)
     binlog_batch_seconds: float = _key("... or after this many seconds", 5.0, minimum=0)
+    on_purged_binlog: str = _key("when the binlog capture needs was purged: stop (the run "
+                                 "fails, saying so), or resnapshot (capture goes on from the "
+                                 "oldest binlog, and the tables that needed the purged part "
+                                 "are read again while the others carry on)", "stop",
+                                 choices=("stop", "resnapshot"))
     snapshot_runner: str = _key("process: `parallelism` reader threads in this process; spark: "
                                 "one Spark task per split, on the executors (a cluster reads "
                                 "many splits at once; bronze must be reachable from them)",

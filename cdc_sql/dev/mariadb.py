@@ -141,6 +141,21 @@ class MariaDB:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=60)
 
+    def purge_binlogs(self, timeout: float = 30.0) -> str:
+        """Start a new binlog file and purge every older one (as a retention policy would);
+        returns the file left. MariaDB keeps a file until InnoDB has checkpointed what it
+        holds, so this flushes and tries again until it is gone."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.execute("FLUSH BINARY LOGS")
+            last = self.query("SHOW BINARY LOGS")[-1][0]
+            self.execute(f"PURGE BINARY LOGS TO '{last}'")
+            if len(self.query("SHOW BINARY LOGS")) == 1:
+                return last
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"binlogs before {last} were not purged")
+            time.sleep(0.2)
+
     def connect(self, db: str | None = None, **kwargs) -> pymysql.connections.Connection:
         settings = {"autocommit": True, **kwargs}
         return pymysql.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD,

@@ -87,6 +87,14 @@ def ensure_snapshot_table(lake, table: SourceTable) -> None:
                                    snapshot_schema(table))
 
 
+def reset(lake, table: SourceTable) -> None:
+    """Empty a source table's snapshot and changes tables, in the source's current columns, for
+    a re-snapshot: the new splits and the changes after them are all silver will read (a type
+    the old rows could not share a column with is then no obstacle)."""
+    lake.tables.reset(lake.snapshot_path(table.db, table.name), snapshot_schema(table))
+    lake.tables.reset(lake.changes_path(table.db, table.name), changes_schema(table))
+
+
 def drop_unfinished(lake, table: SourceTable, split_ids: Iterable[int]) -> None:
     """Delete rows that earlier, unfinished attempts left for these splits."""
     ids = sorted(set(split_ids))

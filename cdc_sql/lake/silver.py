@@ -22,7 +22,8 @@ from cdc_sql import faults
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
 from cdc_sql.errors import ConfigError, SourceError, StateError
-from cdc_sql.lake.tables import EVOLVE_MARK, OWN_MERGE, stats_properties, table_ref
+from cdc_sql.lake.tables import (EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK, stats_properties,
+                                 table_ref)
 from cdc_sql.planner import Window
 from cdc_sql.source import ddl
 from cdc_sql.source.offsets import Offset
@@ -36,7 +37,8 @@ HISTORY_COLUMNS = ("_cdc_op", "_cdc_valid_from", "_cdc_valid_from_ts", "_cdc_val
 # Commits after our recorded version that need no one's attention: compaction and vacuum (same
 # content), and our own schema changes and MERGEs (a run that died before its state commit;
 # replaying a window is harmless, however often it happened).
-CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK, OWN_MERGE)
+CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK, OWN_MERGE,
+                      RESNAPSHOT_MARK)
 
 
 @dataclass(frozen=True)
@@ -316,6 +318,8 @@ def batch_steps(lake, plan: SilverPlan, window: Window, facts: Facts) -> list[St
                       crash_point="silver.staged", unique_check=unique,
                       as_is=f"SELECT {', '.join(quote(c) for c in (*plan.columns, '_cdc_remove'))}"
                             f" FROM {quote(merged)}"))
+    if window.replace:
+        return steps + replace_steps(lake, plan, window, f"cdc_changes_{name}")
     steps.append(Step("the MERGE into silver (silver and history are first given the "
                       "source's columns)",
                       merge_sql(lake, plan, f"cdc_changes_{name}", facts.dropped(plan)), "merge",
@@ -329,6 +333,30 @@ def batch_steps(lake, plan: SilverPlan, window: Window, facts: Facts) -> list[St
         steps.append(Step("the MERGE into history",
                           history_merge_sql(lake, plan, f"cdc_versions_{name}"), "merge",
                           crash_point="history.merged"))
+    return steps
+
+
+def replace_steps(lake, plan: SilverPlan, window: Window, changes_view: str) -> list[Step]:
+    """A re-snapshot's last steps: history gains the differences as versions (first: a replay
+    compares with history, and silver, once replaced, no longer holds the old rows), then silver
+    is replaced by the last candidate of every key, in one commit."""
+    name, steps = plan.spec.name, []
+    if plan.spec.history:
+        steps.append(Step("history given the source's columns and types (old versions cast)",
+                          "", "evolve-history"))
+        steps.append(Step(f"cdc_versions_{name}: the rows that differ from history's current "
+                          f"versions, staged in {lake.staging_path(name + '_history')}",
+                          history_resnapshot_sql(lake, plan, changes_view), "stage",
+                          lake.staging_path(f"{name}_history"), {"upto": window.upto},
+                          view=f"cdc_versions_{name}",
+                          crash_point="history.staged"))
+        steps.append(Step("the MERGE into history",
+                          history_merge_sql(lake, plan, f"cdc_versions_{name}"), "merge",
+                          crash_point="history.merged"))
+    steps.append(Step("silver replaced by the re-snapshot's rows, in one commit",
+                      render("silver_replace", columns=", ".join(quote(c) for c in plan.columns),
+                             changes=quote(changes_view)),
+                      "replace", lake.silver_path(name), crash_point="silver.merged"))
     return steps
 
 
@@ -380,9 +408,14 @@ def run_batch(lake, plan: SilverPlan, window: Window,
             log.debug("silver %s: %s in %.3fs", plan.spec.name, step.title.split(":")[0],
                       time.monotonic() - started)
             continue
-        if step.name == "silver":  # silver (and history) exist, with the source's columns
+        if step.name == "silver" or step.kind == "evolve-history":
             changes = lake.spark.table(f"cdc_changes_{plan.spec.name}").drop("_cdc_remove")
-            _prepare_targets(lake, plan, changes.schema, facts)
+            if step.kind == "evolve-history":  # a re-snapshot: history takes the new types
+                _start_history(lake, plan)
+                evolve(lake, lake.history_path(plan.spec.name), plan, changes.schema, {},
+                       any_type=True)
+                continue
+            _prepare_targets(lake, plan, changes.schema, facts)  # with the source's columns
         if not (nothing and step.name == "silver"):
             nothing = _execute(lake, step) == 0
         if step.crash_point:
@@ -438,6 +471,8 @@ def _execute(lake, step: Step) -> int | None:
         if not lake.tables.exists(step.name):
             rows = spark.sql(step.sql, args=step.args or None)
             create(lake, step.name, rows)  # the commit that creates silver holds the rows
+    elif step.kind == "replace":
+        lake.engine.replace(spark.sql(step.sql), step.name, RESNAPSHOT_MARK)
     elif step.kind == "stage":
         unique, rows = spark.sql(step.unique_check).collect()[0] if step.unique_check \
             else (False, None)
@@ -507,7 +542,7 @@ def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
 
 
 def evolve(lake, path: str, plan: SilverPlan, changes_schema,
-           renames: dict[str, list[str]]) -> list[str]:
+           renames: dict[str, list[str]], any_type: bool = False) -> list[str]:
     """Bring a silver (or history) table's columns up to the source's after a DDL, in one
     commit marked as cdc-sql's own: columns added there are added (NULL in older rows); a
     renamed column is added under its new name, filled from the old one; a widened type (INT to
@@ -520,7 +555,7 @@ def evolve(lake, path: str, plan: SilverPlan, changes_schema,
     widened = {}
     for name, field_ in wanted.items():
         if name in current and current[name] != field_.dataType:
-            if not widens(current[name], field_.dataType):
+            if not any_type and not widens(current[name], field_.dataType):
                 raise SourceError(
                     f"column `{name}` of {plan.spec.name} changed type in the source, from "
                     f"{current[name].simpleString()} to {field_.dataType.simpleString()}, which "
@@ -531,7 +566,16 @@ def evolve(lake, path: str, plan: SilverPlan, changes_schema,
                                         if old in current), None))
              for name, f in wanted.items() if name not in current]
     if widened or any(source for _, _, source in added):
-        lake.tables.reshape(path, widened, added)  # one commit: a crash leaves all or nothing
+        try:  # one commit: a crash leaves all or nothing
+            lake.tables.reshape(path, widened, added)
+        except Exception as exc:  # noqa: BLE001 - a cast of old values that failed, explained
+            if not any_type:
+                raise
+            types = ", ".join(f"`{n}` {t.simpleString()}" for n, t in widened.items())
+            raise SourceError(
+                f"{path}: the re-snapshot gives {types}, and this table's old values do not all "
+                f"convert ({exc}). Keep its old versions elsewhere and remove the table: it "
+                f"starts again from silver") from None
     elif added:
         lake.tables.add_columns(path, [StructField(name, t, True) for name, t, _ in added])
     return [name for name in current if name not in wanted and not name.startswith("_cdc_")]
@@ -684,6 +728,18 @@ def history_versions_sql(lake, plan: SilverPlan, candidates_view: str) -> str:
         history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
         history=table_ref(lake.history_path(plan.spec.name)),
         key_match=_key_match(plan, "h", "f"),
+    )
+
+
+def history_resnapshot_sql(lake, plan: SilverPlan, changes_view: str) -> str:
+    return render(
+        "history_resnapshot",
+        changes=quote(changes_view),
+        history=table_ref(lake.history_path(plan.spec.name)),
+        columns=", ".join(f"f.{quote(c)}" for c in plan.row_columns),
+        history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
+        key_match=_key_match(plan, "h", "f"),
+        same=" AND ".join(f"h.{quote(c)} <=> f.{quote(c)}" for c in plan.row_columns),
     )
 
 

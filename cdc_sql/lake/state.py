@@ -7,6 +7,8 @@ the only place that knows their JSON form (docs/architecture.md, "State"):
 - `CaptureEntry` ("capture", "binlog"): where the binlog reader resumes (a transaction boundary),
   the GTID position there, the server it was read from, and a part of a large transaction
   landed beyond it;
+- `ResnapshotEntry` ("resnapshot", "<db.table>"): a source table read again while the pipeline
+  runs (requested, then prepared: capture keeps its changes after `start`);
 - `RunEntry`     ("run", "last"): the last run and its outcome;
 - `OwnerEntry`   ("pipeline", "owner"): the pipeline this target belongs to.
 Several entries written together land in one Delta commit: they change together or not at all.
@@ -85,6 +87,11 @@ class SplitEntry(Entry):
         return self.status == "done"
 
     @property
+    def retired(self) -> bool:
+        """A split of an earlier snapshot that a re-snapshot planned fewer splits than."""
+        return self.status == "retired"
+
+    @property
     def ready(self) -> bool:
         """Done, and its watermark known."""
         return self.done and bool(self.watermark)
@@ -111,6 +118,9 @@ class TableEntry(Entry):
     sources: list[str] = field(default_factory=list)  # the db.table names it reads
     silver_version: int | None = None
     history_version: int | None = None
+    # A re-snapshot is under way: the offset after which the new silver reads binlog changes
+    # (its splits' rows stand at watermarks past it); "" when none is.
+    resnapshot: str = ""
 
     @property
     def name(self) -> str:
@@ -151,6 +161,28 @@ class CaptureEntry(Entry):
     @property
     def offset(self) -> str:
         return self.at.offset.text
+
+
+@dataclass(frozen=True)
+class ResnapshotEntry(Entry):
+    """A source table to read again (`cdc-sql resnapshot`, or a purged binlog): requested with
+    `start` empty; prepared once its bronze tables are emptied and its new splits planned, with
+    `start` the source position then. Capture drops the table's changes at or before `start`:
+    the new splits' rows, read later, hold them."""
+
+    kind: ClassVar[str] = "resnapshot"
+    source_table: str = ""
+    reason: str = ""
+    requested_at: str = ""
+    start: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.source_table
+
+    @property
+    def prepared(self) -> bool:
+        return bool(self.start)
 
 
 @dataclass(frozen=True)
@@ -200,7 +232,7 @@ class OwnerEntry(Entry):
 
 
 KINDS: dict[str, type[Entry]] = {c.kind: c for c in (SplitEntry, TableEntry, CaptureEntry,
-                                                     RunEntry, OwnerEntry)}
+                                                     ResnapshotEntry, RunEntry, OwnerEntry)}
 
 
 @dataclass
@@ -228,7 +260,13 @@ class Checkpoint:
         return self.entries.get(("table", name))  # type: ignore[return-value]
 
     def all_splits(self) -> list[SplitEntry]:
-        return [e for (kind, _), e in self.entries.items() if kind == "split"]  # type: ignore[misc]
+        """The splits of every table's current snapshot (retired ones left out)."""
+        return [e for (kind, _), e in self.entries.items()  # type: ignore[misc]
+                if kind == "split" and not e.retired]  # type: ignore[attr-defined]
+
+    def resnapshots(self) -> list[ResnapshotEntry]:
+        return [e for (kind, _), e in self.entries.items()  # type: ignore[misc]
+                if kind == "resnapshot"]
 
     def splits(self, source_table: str) -> list[SplitEntry]:
         found = [s for s in self.all_splits() if s.source_table == source_table]

@@ -37,6 +37,7 @@ OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 TARGET_FILE_BYTES = 128 * 2**20  # silver files after clustering
 EVOLVE_MARK = "cdc-sql: schema change"  # commit metadata of cdc-sql's own schema changes
+RESNAPSHOT_MARK = "cdc-sql: re-snapshot"  # of a silver table replaced by a re-snapshot
 # A MERGE whose conditions use cdc-sql's own guard columns is one of ours (Sail writes no commit
 # metadata, but every engine records the MERGE's predicates).
 OWN_MERGE = "cdc-sql: merge"
@@ -78,6 +79,7 @@ class TableOps(Protocol):
                      schema: pa.Schema, schema_mode: str | None = None) -> None: ...
     def read_arrow(self, path: str, columns: list[str] | None = None) -> pa.Table: ...
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None: ...
+    def reset(self, path: str, schema: pa.Schema) -> None: ...
     def add_columns(self, path: str, fields: list) -> None: ...
     def reshape(self, path: str, widen: dict, add: list[tuple]) -> None: ...
     def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None: ...
@@ -118,8 +120,8 @@ def _edge_overlap(first: tuple, second: tuple) -> bool:
 def operation(operation: str, parameters, mark) -> str:
     """A commit's operation as the hand-change check sees it: our marked schema changes and our
     MERGEs under names of their own."""
-    if mark == EVOLVE_MARK:
-        return EVOLVE_MARK
+    if mark in (EVOLVE_MARK, RESNAPSHOT_MARK):
+        return str(mark)
     if operation == "MERGE" and any(guard in str(parameters) for guard in _OWN_MERGE_GUARDS):
         return OWN_MERGE
     return str(operation)
@@ -302,6 +304,17 @@ class DeltaRsTables:
 
         write_deltalake(str(path), table, mode="overwrite", writer_properties=writer_properties())
 
+    def reset(self, path: str, schema: pa.Schema) -> None:
+        """Empty the table (created if missing), with `schema`, in one marked commit."""
+        from deltalake import DeltaTable, write_deltalake
+
+        if not self.exists(path):
+            self.create_arrow_table(path, schema)
+            return
+        self._allow_ntz(DeltaTable(str(path)), schema)
+        write_deltalake(str(path), schema.empty_table(), mode="overwrite",
+                        schema_mode="overwrite", commit_properties=_marked())
+
     def add_columns(self, path: str, fields: list) -> None:
         """Add nullable columns (Spark StructFields): an empty mergeSchema append."""
         from deltalake import DeltaTable, write_deltalake
@@ -466,6 +479,11 @@ class SparkTables:
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
         self.spark.createDataFrame(table, spark_schema(schema)).write.format("delta") \
             .mode("overwrite").save(str(path))
+
+    def reset(self, path: str, schema: pa.Schema) -> None:
+        self.spark.createDataFrame([], spark_schema(schema)).write.format("delta") \
+            .mode("overwrite").option("overwriteSchema", "true") \
+            .option("userMetadata", EVOLVE_MARK).save(str(path))
 
     def add_columns(self, path: str, fields: list) -> None:
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)

@@ -1,6 +1,7 @@
 """Where a pipeline stands, from its checkpoint and (when reachable) the source's binlog.
 
-Per table: phase (snapshot until its silver first merges, then binlog), splits done/total, the
+Per table: phase (snapshot until its silver first merges, then binlog; resnapshot while one is
+requested or under way), splits done/total, the
 applied offset, and the lag: binlog bytes the source has written past that offset, and seconds
 since the source was last seen at or before it (0 when no bytes are behind). `status --json`
 prints `report()` as it is; docs/operations.md documents the fields.
@@ -73,15 +74,23 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
            "captured_lag_bytes": _lag(position, end, logs),
            "last_run": last.to_json() if last else None, "tables": []}
     splits = checkpoint.all_splits()
+    again = checkpoint.resnapshots()
     for spec in pipeline.tables:
         mine = [s for s in splits if spec.matches(*s.source_table.split(".", 1))]
         table = checkpoint.table(spec.name)
+        requested = [e for e in again if spec.matches(*e.source_table.split(".", 1)) and
+                     (not e.prepared or table is not None and table.resnapshot)]
         applied = table.applied if table else None
         behind = lag_bytes(applied, end, logs, base) if end else None
         source_time = table.source_time if table else None
         out["tables"].append({
             "name": spec.name,
-            "phase": "binlog" if table and table.snapshot_merged else "snapshot",
+            "phase": "resnapshot" if requested else
+                     "binlog" if table and table.snapshot_merged else "snapshot",
+            "resnapshot": {"since": min(e.requested_at for e in requested),
+                           "reason": requested[0].reason,
+                           "changes_after": table.resnapshot if table else ""}
+            if requested else None,
             "splits_done": sum(s.done for s in mine),
             "splits_total": len(mine),
             "snapshot_rows": sum(s.rows or 0 for s in mine),
@@ -108,13 +117,18 @@ def render(status: dict) -> str:
              + (f" ({_bytes(status['captured_lag_bytes'])} behind)"
                 if status["captured_lag_bytes"] is not None else "")
              + (f", GTID {status['captured_gtid']}" if status.get("captured_gtid") else ""),
-             f"{'table':<24} {'phase':<8} {'splits':>9} {'rows':>11}  {'applied offset':<26} "
+             f"{'table':<24} {'phase':<10} {'splits':>9} {'rows':>11}  {'applied offset':<26} "
              f"{'lag':>9} {'lag s':>7}"]
     for t in status["tables"]:
         lag_s = "-" if t["lag_seconds"] is None else f"{t['lag_seconds']:.0f}"
-        lines.append(f"{t['name']:<24} {t['phase']:<8} {t['splits_done']:>4}/{t['splits_total']:<4} "
+        lines.append(f"{t['name']:<24} {t['phase']:<10} {t['splits_done']:>4}/{t['splits_total']:<4} "
                      f"{t['snapshot_rows']:>11,}  {t['applied_offset'] or '-':<26} "
                      f"{_bytes(t['lag_bytes']):>9} {lag_s:>7}")
+    for t in status["tables"]:
+        if t.get("resnapshot"):
+            lines.append(f"{t['name']}: re-snapshot since {t['resnapshot']['since']} "
+                         f"({t['resnapshot']['reason']}); silver stays as it is until it is "
+                         f"replaced")
     last = status["last_run"]
     if last:
         lines.append(f"last run {last['run_id']} at {last['started_at']}: {last['outcome']} "

@@ -79,14 +79,17 @@ class BinlogReader:
 
     `skip`: per source table, the offset up to which bronze already holds its changes (a run
     that died between its bronze and state commits, or between the parts of a transaction):
-    rows events at or before it are not decoded again."""
+    rows events at or before it are not decoded again. `drop`: per source table, a transaction
+    boundary at or before which its changes are not wanted (a re-snapshot's start): they are
+    not decoded at all, so rows of a definition bronze no longer holds cannot stop capture."""
 
     def __init__(self, source, tables: list[SourceTable], start: Position,
                  stop_at: Position | None, mariadb: bool, blocking: bool = False,
                  gtid_marks: GtidWatermarks | None = None, gtid_state: str = "",
                  matches=lambda db, table: False, skip: dict | None = None,
                  part_rows: int = 50_000, compiled: bool | None = None,
-                 server: str = "", by_gtid: bool = False, base: int | None = None):
+                 server: str = "", by_gtid: bool = False, base: int | None = None,
+                 drop: dict[tuple[str, str], Offset] | None = None):
         self.source, self.mariadb, self.compiled = source, mariadb, compiled
         self._matches = matches  # does a pipeline table want db.table (a new shard, say)?
         self.schema_changed: list[str] = []  # tables a DDL changed: the pass ended after it
@@ -94,6 +97,7 @@ class BinlogReader:
         self.schemas = {t.db for t in tables}
         self.start, self.stop_at = start, stop_at
         self.skip = skip or {}
+        self.drop = drop or {}
         self.part_rows = part_rows
         self.position = start  # the last transaction boundary read
         self.event_position = start  # the end of the last event read
@@ -259,7 +263,9 @@ class BinlogReader:
         if decoder is None:
             table_map = ev.parse_table_map(body, self.mariadb)
             source_table = self.tables.get((table_map.db, table_map.table))
-            if source_table is None:
+            dropped = self.drop.get((table_map.db, table_map.table))
+            if source_table is None or dropped is not None and \
+                    self.event_position.offset <= dropped:
                 self._maps[tid] = None
                 return
             try:
@@ -351,8 +357,7 @@ def explain_stream_error(code, message: str, start) -> SourceError:
     if code == 1236:  # ER_MASTER_FATAL_ERROR_READING_BINLOG: purged, or bad position
         return SourceError(f"the source cannot send its binlog from {start}: {message}. If that "
                            f"binlog was purged, the changes since are lost to this pipeline: raise "
-                           f"the binlog retention, then re-snapshot by removing the pipeline's "
-                           f"target.path and running again")
+                           f"the binlog retention, and {failover.RESNAPSHOT}")
     if code in (1227, 1045):
         return SourceError(f"the source user lacks REPLICATION SLAVE / REPLICATION CLIENT grants: "
                            f"{message}")

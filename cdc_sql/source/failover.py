@@ -20,8 +20,8 @@ from cdc_sql.errors import SourceError
 from cdc_sql.source.gtid import MariaGtidState
 from cdc_sql.source.offsets import Offset, file_sequence
 
-RESNAPSHOT = ("re-snapshot the tables (cdc-sql resnapshot), or remove the pipeline's target.path "
-              "and run again")
+RESNAPSHOT = ("re-snapshot every table (cdc-sql resnapshot PIPELINE, then run): capture then starts "
+              "over on this server while silver stays readable")
 
 
 def server_identity(cur, mariadb: bool) -> str:

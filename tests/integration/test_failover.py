@@ -1,5 +1,9 @@
 """The source fails over to its GTID replica: capture resumes there by GTID, exactly once, or
 stops saying why; it never reads a position on a server that did not write it."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from cdc_sql.dev.mariadb import MariaDB
@@ -84,3 +88,15 @@ def test_a_replica_that_was_behind_stops_the_run_and_silver_stays(pair, engine, 
     with pytest.raises(SourceError, match=r"server_id=2.*lacks transactions.*behind"):
         run(moved, engine)
     assert engine.read(silver_path(moved, "items")).count() == before
+    # the way out it names: every table read again, capture starting over on this server
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
+    subprocess.run([sys.executable, "-m", "cdc_sql.cli", "resnapshot", moved.file], env=env,
+                   check=True, capture_output=True, timeout=120)
+    write(replica, seed=7, transactions=50)
+    assert run(moved, engine)["outcome"] == "ok"
+    assert_silver_equals(engine, moved, "items", replica, "SELECT id, v, n FROM shop.items")
+    capture = checkpoint(engine, moved).capture
+    assert capture.server == "server_id=2"
+    write(replica, seed=8, transactions=50)  # and it goes on from there
+    run(moved, engine)
+    assert_silver_equals(engine, moved, "items", replica, "SELECT id, v, n FROM shop.items")

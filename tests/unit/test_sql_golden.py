@@ -49,6 +49,10 @@ SCENARIOS = {
     "shards": (
         Table(name="all_orders", source=r"shop\.orders(_[0-9]+)?"), [ORDERS, SHARD],
         Window("000002:000000000100:000000", "000003:000000000200:000000")),
+    "resnapshot_with_history": (
+        Table(name="orders", source="shop.orders", history=True), [ORDERS],
+        Window("000002:000000000100:000000", "000003:000000000200:000000",
+               {"shop.orders": ((0, "b1", "000002:000000000300:000000"),)}, replace=True)),
 }
 RENAME = (("ddl", "000002:000000000150:000000", None,
            "ALTER TABLE orders RENAME COLUMN state TO status"),)

@@ -1,0 +1,102 @@
+"""Re-snapshot: chosen source tables read again while the pipeline runs (docs/operations.md).
+
+1. A request (a `ResnapshotEntry` without `start`) comes from `cdc-sql resnapshot`, or from a run
+   that found the binlog capture needed purged (`source.on_purged_binlog: resnapshot`).
+2. A run prepares it before its snapshot phase: the table's bronze is emptied, then one state
+   commit plans its new splits (retiring old ids beyond them), sets `start` to the source's
+   position, and marks the silver tables reading it (`TableEntry.resnapshot`). From then on
+   capture drops the table's changes at or before `start`: the new splits, read after it,
+   hold them. A run that dies before that commit prepares again; emptying twice is harmless.
+3. The splits are read like a first snapshot's, each at its watermark (past `start`).
+4. Once capture has passed every watermark, one window replaces silver, in one commit, by the
+   first batch's rules; history gains the differences as versions first (planner.py,
+   lake/silver.py). Until then silver stays readable as it stood, and the table waits.
+
+The decisions are pure functions of state and what the source says.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cdc_sql.lake.state import Checkpoint, Entry, ResnapshotEntry, SplitEntry
+from cdc_sql.source.offsets import file_sequence
+from cdc_sql.source.splits import Split
+
+
+def closure(chosen: list[str], sources: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+    """The silver tables and the source tables a re-snapshot of the `chosen` silver tables
+    reads (`sources`: silver table -> its source tables): every source table of theirs, and
+    every other silver table reading one of those (bronze is shared, and it is emptied)."""
+    tables, found = set(chosen), set()
+    while True:
+        found = {s for t in tables for s in sources.get(t, [])}
+        more = {t for t, mine in sources.items() if set(mine) & found} - tables
+        if not more:
+            return sorted(tables), sorted(found)
+        tables |= more
+
+
+def requests(source_tables: list[str], reason: str, at: str) -> list[ResnapshotEntry]:
+    return [ResnapshotEntry(source_table=t, reason=reason, requested_at=at)
+            for t in source_tables]
+
+
+def prepared(checkpoint: Checkpoint, planned: dict[str, list[Split]], start: str,
+             silver: list[str]) -> list[Entry]:
+    """The state commit that prepares re-snapshots of the source tables in `planned` (their
+    new splits), `start` the source's position: the new split entries (old ids beyond them
+    retired), the requests with their start, and the silver tables reading them marked
+    (`silver`; a table not merged yet needs no mark: its first batch reads the new splits)."""
+    entries: list[Entry] = []
+    for table, splits in planned.items():
+        entries += [SplitEntry.planned(s) for s in splits]
+        entries += [replace(old, status="retired") for old in checkpoint.splits(table)
+                    if old.split_id >= len(splits)]
+    for entry in checkpoint.resnapshots():
+        if not entry.prepared:
+            entries.append(replace(entry, start=start))
+    for name in silver:
+        table = checkpoint.table(name)
+        if table is not None and table.snapshot_merged:
+            entries.append(replace(table, resnapshot=min(table.resnapshot or start, start)))
+    return entries
+
+
+def purged(recorded_file: str, first_file: str) -> bool:
+    """The server no longer has the binlog file capture stopped in."""
+    return file_sequence(recorded_file) < file_sequence(first_file)
+
+
+def needed_from(checkpoint: Checkpoint, sources: dict[str, list[str]]) -> dict[str, str]:
+    """Per source table, the offset after which a silver table reading it still needs its
+    binlog changes: its applied offset; its re-snapshot's start while one is under way; before
+    its first batch, its done splits' lowest watermark ("" where one is not resolved yet).
+    Source tables no silver table needs changes of yet (splits still to read) are left out."""
+    needs: dict[str, str] = {}
+    for silver, tables in sources.items():
+        entry = checkpoint.table(silver)
+        for source in tables:
+            if entry is not None and entry.snapshot_merged:
+                need = entry.resnapshot or entry.applied
+            else:
+                marks = [s.watermark or "" for s in checkpoint.splits(source) if s.done]
+                if not marks:
+                    continue
+                need = min(marks)
+            needs[source] = min(needs.get(source, need), need)
+    return needs
+
+
+def affected_by_purge(checkpoint: Checkpoint, sources: dict[str, list[str]],
+                      oldest: str) -> list[str]:
+    """The source tables that need changes from before `oldest` (the offset of the oldest
+    binlog the server still has): they are read again; the others carry on from the binlog
+    that is left. Tables a request is already pending for are left out."""
+    requested = {e.source_table for e in checkpoint.resnapshots() if not e.prepared}
+    return sorted(t for t, need in needed_from(checkpoint, sources).items()
+                  if need < oldest and t not in requested)
+
+
+def pending(checkpoint: Checkpoint) -> bool:
+    """A request no run has prepared yet."""
+    return any(not e.prepared for e in checkpoint.resnapshots())

@@ -1,0 +1,108 @@
+"""The planner's rules (planner.py) and the re-snapshot decisions (resnapshot.py): pure
+functions of the checkpoint."""
+from hypothesis import given, strategies as st
+
+from cdc_sql import resnapshot
+from cdc_sql.lake.state import (CaptureEntry, Checkpoint, ResnapshotEntry, SplitEntry,
+                                TableEntry)
+from cdc_sql.planner import next_window
+from cdc_sql.source.offsets import Offset
+from cdc_sql.source.splits import Split
+
+
+def at(n: int) -> str:
+    return Offset(1, n, 0).text
+
+
+def split(i: int, watermark: int | None, table: str = "db.t", status: str = "done") -> SplitEntry:
+    return SplitEntry(table, i, status=status, attempt=f"a{i}",
+                      watermark=at(watermark) if watermark is not None else "")
+
+
+def capture(n: int) -> CaptureEntry:
+    return CaptureEntry(position=f"binlog.000001:{n}")
+
+
+marks = st.lists(st.integers(10, 500), min_size=1, max_size=5)
+
+
+@given(marks=marks, captured=st.integers(0, 600))
+def test_the_first_window_waits_for_every_watermark(marks, captured):
+    splits = [split(i, m) for i, m in enumerate(marks)]
+    window = next_window(None, splits, capture(captured))
+    if captured < max(marks):
+        assert window is None
+    else:
+        assert window.first and window.after == "" and window.upto == at(captured)
+        assert [w for _, _, w in window.splits["db.t"]] == [at(m) for m in marks]
+
+
+@given(marks=marks, captured=st.integers(0, 600), start=st.integers(1, 9),
+       unfinished=st.booleans())
+def test_a_resnapshot_waits_then_replaces_from_its_start(marks, captured, start, unfinished):
+    entry = TableEntry("t", applied=at(5), snapshot_merged=True, resnapshot=at(start))
+    splits = [split(i, m) for i, m in enumerate(marks)]
+    if unfinished:
+        splits.append(split(len(marks), None, status="planned"))
+    window = next_window(entry, splits, capture(captured), idle=True)
+    if unfinished or captured < max(marks):
+        assert window is None  # silver stays as it stood meanwhile
+    else:
+        assert window.replace and not window.first and not window.idle
+        assert (window.after, window.upto) == (at(start), at(captured))
+        assert len(window.splits["db.t"]) == len(marks)
+
+
+def test_later_windows_take_new_splits_once_capture_passed_them():
+    entry = TableEntry("t", applied=at(100), snapshot_merged=True)
+    old, new = split(0, 50), split(0, 300, table="db.t2")
+    assert next_window(entry, [old, new], capture(200)) is None
+    window = next_window(entry, [old, new], capture(400))
+    assert window.splits == {"db.t2": ((0, "a0", at(300)),)} and window.after == at(100)
+    assert next_window(entry, [old], capture(400), idle=True).idle
+
+
+def checkpoint(*entries) -> Checkpoint:
+    found = Checkpoint()
+    for entry in entries:
+        found.add(entry)
+    return found
+
+
+def test_closure_takes_every_silver_table_sharing_a_source():
+    sources = {"a": ["db.x"], "b": ["db.x", "db.y"], "c": ["db.y"], "d": ["db.z"]}
+    assert resnapshot.closure(["a"], sources) == (["a", "b", "c"], ["db.x", "db.y"])
+    assert resnapshot.closure(["d"], sources) == (["d"], ["db.z"])
+
+
+def test_prepared_plans_retires_marks_and_starts():
+    state = checkpoint(split(0, 10), split(1, 20), split(2, 30),
+                       TableEntry("t", applied=at(40), snapshot_merged=True),
+                       TableEntry("fresh"),  # not merged yet: its first batch reads the splits
+                       ResnapshotEntry("db.t", reason="asked"))
+    new = [Split("db.t", 0, None, [5]), Split("db.t", 1, [5], None)]
+    entries = resnapshot.prepared(state, {"db.t": new}, at(90), ["t", "fresh"])
+    for entry in entries:
+        state.add(entry)
+    assert [(s.split_id, s.status) for s in state.splits("db.t")] == [(0, "planned"),
+                                                                      (1, "planned")]
+    assert state.table("t").resnapshot == at(90) and not state.table("fresh").resnapshot
+    assert [e.start for e in state.resnapshots()] == [at(90)]
+    assert not resnapshot.pending(state)
+
+
+def test_a_purge_rereads_only_tables_that_needed_the_purged_part():
+    sources = {"merged": ["db.m"], "behind": ["db.b"], "again": ["db.r"], "new": ["db.n"],
+               "unread": ["db.u"], "unresolved": ["db.g"], "asked": ["db.q"]}
+    state = checkpoint(
+        TableEntry("merged", applied=at(100), snapshot_merged=True),
+        TableEntry("behind", applied=at(10), snapshot_merged=True),
+        TableEntry("again", applied=at(10), snapshot_merged=True, resnapshot=at(300)),
+        split(0, 400, table="db.n"),                      # first snapshot read past the purge
+        split(0, None, table="db.u", status="planned"),   # not read yet: read after it
+        split(0, None, table="db.g"),                     # a GTID watermark not resolved yet
+        ResnapshotEntry("db.q"))                          # already asked for
+    oldest = at(200)
+    assert resnapshot.affected_by_purge(state, sources, oldest) == ["db.b", "db.g", "db.m"]
+    assert resnapshot.purged("binlog.000003", "binlog.000004")
+    assert not resnapshot.purged("binlog.000004", "binlog.000004")
