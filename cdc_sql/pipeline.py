@@ -111,12 +111,13 @@ class Runner:
                 summary["snapshot_rows"] = self.snapshot(view)
             view = self._refresh_end(view)  # capture reaches past every snapshot watermark
             while not self.stop.is_set():
-                if resnapshot.pending(self.state.load()):  # asked for while this run follows
+                checkpoint = self.state.load()
+                if resnapshot.pending(checkpoint):  # asked for while this run follows
                     with timed(summary, "snapshot"):
                         summary["snapshot_rows"] += self.snapshot(view)
-                    view = self._refresh_end(view)
+                    view, checkpoint = self._refresh_end(view), self.state.load()
                 with timed(summary, "capture"):
-                    captured = self.capture(view, self.state.load(), view.end)
+                    captured = self.capture(view, checkpoint, view.end)
                 if self.schema_changed:  # capture stopped after a DDL: merge and go on with
                     view = dataclasses.replace(  # the new definitions (projections checked again)
                         inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at,

@@ -12,5 +12,5 @@ if [ "$#" -eq 0 ]; then
   SAIL_MODE=local-cluster .venv/bin/python -m pytest -q \
     tests/integration/test_spark_snapshot.py tests/integration/test_end_to_end.py \
     tests/integration/test_capture.py tests/integration/test_history.py \
-    tests/integration/test_verify.py
+    tests/integration/test_verify.py tests/integration/test_resnapshot.py
 fi

@@ -1,9 +1,9 @@
 """Where a pipeline stands, from its checkpoint and (when reachable) the source's binlog.
 
 Per table: phase (snapshot until its silver first merges, then binlog; resnapshot while one is
-requested or under way), splits done/total, the
-applied offset, and the lag: binlog bytes the source has written past that offset, and seconds
-since the source was last seen at or before it (0 when no bytes are behind). `status --json`
+requested or under way), splits done/total, the applied offset, and the lag: binlog bytes the
+source has written past that offset, and seconds since the source was last seen at or before it
+(0 when no bytes are behind). `status --json`
 prints `report()` as it is; docs/operations.md documents the fields.
 """
 from __future__ import annotations

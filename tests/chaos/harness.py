@@ -174,7 +174,8 @@ class Chaos:
     def _round(self, fault: str) -> None:
         env = {**os.environ, "CHAOS_PASSWORD": PIPELINE_PASSWORD}
         if fault == "kill-at-point":  # a point this phase reaches
-            points = faults.POINTS[:1] if self._phase() == "snapshot" else faults.POINTS[1:]
+            later = [p for p in faults.POINTS if p not in ("split.written", "resnapshot.reset")]
+            points = ["split.written"] if self._phase() == "snapshot" else later
             env["CDC_SQL_KILL_AT"] = f"{self.rng.choice(points)}@{self.rng.randint(1, 2)}"
         process = subprocess.Popen(
             [sys.executable, "-m", "cdc_sql.cli", "run", str(self.file)], env=env,

@@ -181,3 +181,35 @@ def test_a_purged_binlog_stops_or_resnapshots_as_configured(private, engine, mak
     private.execute("UPDATE shop.items SET v = 'after' WHERE id = 2")
     run(resnapshotting, engine)
     assert_silver_equals(engine, resnapshotting, "items", private, "SELECT * FROM shop.items")
+
+
+def test_a_run_following_the_binlog_carries_out_a_request(mariadb, database, engine,
+                                                          make_pipeline):
+    import time
+
+    from tests.integration.helpers import state_log
+
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+                    "INSERT INTO items SELECT seq, 'v', seq FROM seq_1_to_3000", db=database)
+    pipeline = make_pipeline(f"- name: items\n  source: {database}.items")
+    follower = cli("run", pipeline.file)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(kind == "table" for kind, _, _ in state_log(pipeline.root)):
+            assert time.monotonic() < deadline and follower.poll() is None
+            time.sleep(0.5)
+        mariadb.execute("UPDATE items SET v = 'before' WHERE id <= 10", db=database)
+        cli("resnapshot", pipeline.file, wait=120)
+        mariadb.execute("UPDATE items SET v = 'during' WHERE id > 2990", db=database)
+        while not replaced(silver_path(pipeline, "items")):
+            assert time.monotonic() < deadline and follower.poll() is None, \
+                follower.stderr.read().decode()[-3000:] if follower.poll() is not None else ""
+            time.sleep(0.5)
+        mariadb.execute("DELETE FROM items WHERE id = 5", db=database)
+        time.sleep(3)
+    finally:
+        follower.send_signal(signal.SIGTERM)
+        assert follower.wait(timeout=120) == 0, follower.stderr.read().decode()[-3000:]
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
+    assert not checkpoint(engine, pipeline).table("items").resnapshot
