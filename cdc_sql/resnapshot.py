@@ -90,11 +90,13 @@ def needed_from(checkpoint: Checkpoint, sources: dict[str, list[str]]) -> dict[s
 def affected_by_purge(checkpoint: Checkpoint, sources: dict[str, list[str]],
                       oldest: str) -> list[str]:
     """The source tables that need changes from before `oldest` (the offset of the oldest
-    binlog the server still has): they are read again; the others carry on from the binlog
-    that is left. Tables a request is already pending for are left out."""
+    binlog the server still has), with every other source table of a silver table they feed
+    (a silver table is replaced as a whole): they are read again; the others carry on from the
+    binlog that is left. Tables a request is already pending for are left out."""
     requested = {e.source_table for e in checkpoint.resnapshots() if not e.prepared}
-    return sorted(t for t, need in needed_from(checkpoint, sources).items()
-                  if need < oldest and t not in requested)
+    lost = {t for t, need in needed_from(checkpoint, sources).items() if need < oldest}
+    _, again = closure([name for name, mine in sources.items() if set(mine) & lost], sources)
+    return [t for t in again if t not in requested]
 
 
 def pending(checkpoint: Checkpoint) -> bool:

@@ -93,7 +93,8 @@ def test_prepared_plans_retires_marks_and_starts():
 
 def test_a_purge_rereads_only_tables_that_needed_the_purged_part():
     sources = {"merged": ["db.m"], "behind": ["db.b"], "again": ["db.r"], "new": ["db.n"],
-               "unread": ["db.u"], "unresolved": ["db.g"], "asked": ["db.q"]}
+               "unread": ["db.u"], "unresolved": ["db.g"], "asked": ["db.q"],
+               "shards": ["db.s1", "db.s2"]}
     state = checkpoint(
         TableEntry("merged", applied=at(100), snapshot_merged=True),
         TableEntry("behind", applied=at(10), snapshot_merged=True),
@@ -101,8 +102,10 @@ def test_a_purge_rereads_only_tables_that_needed_the_purged_part():
         split(0, 400, table="db.n"),                      # first snapshot read past the purge
         split(0, None, table="db.u", status="planned"),   # not read yet: read after it
         split(0, None, table="db.g"),                     # a GTID watermark not resolved yet
-        ResnapshotEntry("db.q"))                          # already asked for
+        ResnapshotEntry("db.q"),                          # already asked for
+        split(0, 100, table="db.s1"), split(0, 400, table="db.s2"))  # one shard needs it
     oldest = at(200)
-    assert resnapshot.affected_by_purge(state, sources, oldest) == ["db.b", "db.g", "db.m"]
+    assert resnapshot.affected_by_purge(state, sources, oldest) == [  # its silver as a whole
+        "db.b", "db.g", "db.m", "db.s1", "db.s2"]
     assert resnapshot.purged("binlog.000003", "binlog.000004")
     assert not resnapshot.purged("binlog.000004", "binlog.000004")
