@@ -15,7 +15,7 @@ from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import Facts, batch_steps, describe, plan_silver
+from cdc_sql.lake.silver import Facts, batch_steps, describe, silver_plans, sources_by_table
 from cdc_sql.lake.state import State
 from cdc_sql.lock import target_lock
 from cdc_sql.ops import status
@@ -133,7 +133,7 @@ def _validate(args) -> int:
         print(f"{args.pipeline}: valid ({len(pipeline.tables)} tables; source not checked)")
         return 0
     view = preflight.inspect_source(pipeline)
-    plans = _plans(pipeline, view)
+    plans = silver_plans(pipeline, view)
     source = pipeline.source
     if source.startup == "initial":
         with mysql.cursor(source) as cur:
@@ -162,7 +162,7 @@ def _plan(args) -> int:
     view = preflight.inspect_source(pipeline)
     lake = Lake(None, str(pipeline.root), None)  # paths only: plan reads no lake table
     with mysql.cursor(pipeline.source) as cur:
-        for plan in _plans(pipeline, view):
+        for plan in silver_plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
             for table in plan.sources:
                 splits = plan_splits(cur, table, pipeline.source.chunk_size,
@@ -178,11 +178,6 @@ def _plan(args) -> int:
             print("-- every later batch (the changes in (:after, :upto]):")
             print(describe(batch_steps(lake, plan, later, Facts())))
     return 0
-
-
-def _plans(pipeline: Pipeline, view) -> list:
-    return [plan_silver(spec, tables, pipeline.file, i)
-            for i, (spec, tables) in enumerate(zip(pipeline.tables, view.tables))]
 
 
 def _run(args) -> int:
@@ -236,9 +231,7 @@ def _resnapshot(args) -> int:
     pipeline = load_pipeline(args.pipeline)
     names = _table_names(args, pipeline)
     view = preflight.inspect_source(pipeline)
-    sources = {plan.spec.name: [t.qualified for t in plan.sources]
-               for plan in _plans(pipeline, view)}
-    silver, tables = resnapshot.closure(names, sources)
+    silver, tables = resnapshot.closure(names, sources_by_table(silver_plans(pipeline, view)))
     engine = _engine(args, pipeline)
     try:
         State(Lake.open(engine, str(pipeline.root))).write(*resnapshot.requests(

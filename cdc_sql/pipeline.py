@@ -27,7 +27,8 @@ from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (SilverPlan, check_untouched, merge_window, owned_tables,
-                                 owned_versions, plan_silver, read_statements)
+                                 owned_versions, read_statements, silver_plans,
+                                 sources_by_table)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
 from cdc_sql.ops import metrics
@@ -71,11 +72,6 @@ def run_pipeline(pipeline: Pipeline, engine, stop: threading.Event, until_caught
             if stop.wait(delay):
                 return RunEntry(run_id="-", outcome="stopped")
             delay = min(delay * 2, 30.0)
-
-
-def silver_plans(pipeline: Pipeline, view: SourceView) -> list[SilverPlan]:
-    return [plan_silver(spec, tables, pipeline.file, i)
-            for i, (spec, tables) in enumerate(zip(pipeline.tables, view.tables))]
 
 
 class Runner:
@@ -181,8 +177,8 @@ class Runner:
             try:
                 saved, base = self._resume_here(view, checkpoint, cur, server)
             except SourceError as exc:
-                wanted = {e.source_table for e in checkpoint.resnapshots() if not e.prepared}
-                if not {t.qualified for t in view.source_tables} <= wanted:
+                if not {t.qualified for t in view.source_tables} <= \
+                        resnapshot.requested(checkpoint):
                     raise
                 saved, base = self._start_over(view, checkpoint, cur, server, str(exc))
         self.resume_from = saved.position if saved else None
@@ -224,7 +220,7 @@ class Runner:
         return saved, base
 
     def _start_over(self, view: SourceView, checkpoint: Checkpoint, cur, server: str,
-                    why: str) -> tuple[CaptureEntry | None, int]:
+                    why: str) -> tuple[CaptureEntry, int]:
         """Capture cannot go on on this server (another one, behind, without a GTID to resume
         from), but every table is to be read again: capture starts over at the server's
         current position, its files numbered on from what was read before, so offsets keep
@@ -234,11 +230,7 @@ class Runner:
             [Offset.parse(s.watermark) for s in checkpoint.all_splits() if s.watermark]
         base = failover.file_base(max(read), view.first_binlog.file) if read else 0
         end = dataclasses.replace(view.end, base=base)
-        if saved is not None:
-            bronze.drop_after(self.lake, [tuple(t) for t in saved.landing], saved.at.offset)
-        moved = CaptureEntry(position=str(end), server=server,
-                             gtid=gtid_position(cur, end) if view.mariadb else "")
-        self.state.write(moved)
+        moved = self._move_capture(saved, end, server, cur, view.mariadb)
         self.resume = failover.Resume(False)
         log.warning("%s. Every table is being read again: capture starts over at %s", why, end)
         return moved, base
@@ -255,15 +247,23 @@ class Runner:
                               f"source.on_purged_binlog: resnapshot to read the tables again "
                               f"(or run cdc-sql resnapshot), and raise the binlog retention")
         oldest = dataclasses.replace(view.first_binlog, base=saved.at.base)
-        sources = {plan.spec.name: [t.qualified for t in plan.sources]
-                   for plan in silver_plans(self.pipeline, view)}
-        again = resnapshot.affected_by_purge(checkpoint, sources, oldest.offset.text)
-        bronze.drop_after(self.lake, [tuple(t) for t in saved.landing], saved.at.offset)
-        moved = CaptureEntry(position=str(oldest), server=server,
-                             gtid=gtid_position(cur, oldest) if view.mariadb else "")
-        self.state.write(moved, *resnapshot.requests(again, gone, now()))
+        again = resnapshot.affected_by_purge(
+            checkpoint, sources_by_table(silver_plans(self.pipeline, view)), oldest.offset.text)
+        moved = self._move_capture(saved, oldest, server, cur, view.mariadb,
+                                   *resnapshot.requests(again, gone, now()))
         log.warning("%s: capture goes on from %s; read again: %s", gone, oldest,
                     ", ".join(again) or "no table (none needed the purged part)")
+        return moved
+
+    def _move_capture(self, saved: CaptureEntry | None, to: Position, server: str, cur,
+                      mariadb: bool, *entries) -> CaptureEntry:
+        """Capture goes on from `to` on `server`, recorded with `entries` in one state commit;
+        rows a run landed past the old position (`landing`) are deleted from bronze first."""
+        if saved is not None and saved.position:
+            bronze.drop_after(self.lake, [tuple(t) for t in saved.landing], saved.at.offset)
+        moved = CaptureEntry(position=str(to), server=server,
+                             gtid=gtid_position(cur, to) if mariadb else "")
+        self.state.write(moved, *entries)
         return moved
 
     @staticmethod
@@ -347,7 +347,7 @@ class Runner:
         if not resnapshot.pending(checkpoint):
             return checkpoint
         source = self.pipeline.source
-        wanted = {e.source_table for e in checkpoint.resnapshots() if not e.prepared}
+        wanted = resnapshot.requested(checkpoint)
         chosen = [t for t in view.source_tables if t.qualified in wanted]
         with mysql.cursor(source) as cur:  # the new splits' watermarks all come after it
             start = dataclasses.replace(binary_log_status(cur)[0], base=view.base).offset.text

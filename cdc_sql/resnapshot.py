@@ -93,12 +93,16 @@ def affected_by_purge(checkpoint: Checkpoint, sources: dict[str, list[str]],
     binlog the server still has), with every other source table of a silver table they feed
     (a silver table is replaced as a whole): they are read again; the others carry on from the
     binlog that is left. Tables a request is already pending for are left out."""
-    requested = {e.source_table for e in checkpoint.resnapshots() if not e.prepared}
+    asked = requested(checkpoint)
     lost = {t for t, need in needed_from(checkpoint, sources).items() if need < oldest}
     _, again = closure([name for name, mine in sources.items() if set(mine) & lost], sources)
-    return [t for t in again if t not in requested]
+    return [t for t in again if t not in asked]
+
+
+def requested(checkpoint: Checkpoint) -> set[str]:
+    """The source tables with a request no run has prepared yet."""
+    return {e.source_table for e in checkpoint.resnapshots() if not e.prepared}
 
 
 def pending(checkpoint: Checkpoint) -> bool:
-    """A request no run has prepared yet."""
-    return any(not e.prepared for e in checkpoint.resnapshots())
+    return bool(requested(checkpoint))

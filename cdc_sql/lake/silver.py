@@ -120,6 +120,17 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
     return SilverPlan(spec, tuple(sources), projection, key_texts)
 
 
+def silver_plans(pipeline, view) -> list[SilverPlan]:
+    """Every table of the pipeline planned over the source tables `view` found for it."""
+    return [plan_silver(spec, tables, pipeline.file, i)
+            for i, (spec, tables) in enumerate(zip(pipeline.tables, view.tables))]
+
+
+def sources_by_table(plans: list[SilverPlan]) -> dict[str, list[str]]:
+    """Silver table -> the db.table names it reads."""
+    return {plan.spec.name: [t.qualified for t in plan.sources] for plan in plans}
+
+
 def _shard_difference(first: SourceTable, other: SourceTable) -> str:
     mine, theirs = [c.name for c in first.columns], [c.name for c in other.columns]
     parts = []
