@@ -43,6 +43,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 1
+    except BaseException as exc:  # noqa: BLE001 - Rust panics (pyo3) are BaseExceptions too
+        if isinstance(exc, SystemExit):
+            raise
+        log.debug("the traceback of the unexpected error", exc_info=True)
+        text = str(exc).strip().splitlines()
+        print(f"cdc-sql: unexpected {type(exc).__name__}: {text[0] if text else ''} (a bug in "
+              f"cdc-sql: please report it with the output of the same command run with -v)",
+              file=sys.stderr)
+        return 1
 
 
 class JsonFormatter(logging.Formatter):

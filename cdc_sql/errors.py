@@ -34,7 +34,8 @@ TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1927, 1053, 1317, 1152, 115
                              1160, 1161})
 _TRANSIENT_TEXT = ("lost connection", "lost the binlog connection", "server has gone away",
                    "connection refused", "connection was killed", "connection reset",
-                   "broken pipe", "shutdown in progress", "can't connect", "unexpected eof")
+                   "broken pipe", "shutdown in progress", "can't connect", "unexpected eof",
+                   "bytes remaining on stream")  # the last: connectorx, its read broken off
 
 
 def is_transient(code: int | None, text: str) -> bool:

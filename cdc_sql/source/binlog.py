@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import pyarrow as pa
+import pymysql
 
 from cdc_sql.errors import SourceError, is_transient
 from cdc_sql.source import binlog_events as ev
@@ -344,8 +345,14 @@ class BinlogReader:
         """A cursor on a second connection to the source (charset tables, conversions)."""
         if self._ctl is None:
             self._ctl = mysql.connect(self.source)
-        with self._ctl.cursor() as cur:
-            yield cur
+        try:
+            with self._ctl.cursor() as cur:
+                yield cur
+        except pymysql.err.MySQLError as exc:  # a lost connection is opened again next time
+            with contextlib.suppress(pymysql.err.Error):
+                self._ctl.close()
+            self._ctl = None
+            raise mysql.explain(exc, self.source) from None
 
     def _converter(self) -> ServerConverter:
         if self._server_converter is None:

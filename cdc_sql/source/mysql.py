@@ -62,26 +62,39 @@ def explain(exc: Exception, source) -> SourceError:
                            f"source.password or source.password_file (the password is not "
                            f"shown){tls}")
     if "SSL" in str(exc) or "TLS" in str(exc):
-        return SourceError(f"TLS to {where(source)} failed: {_first_line(exc)}. Check "
+        return SourceError(f"TLS to {where(source)} failed: {first_line(exc)}. Check "
                            f"source.ssl.ca (the CA that signed the server's certificate), "
                            f"source.ssl.cert/key, and verify_identity against source.host")
     if code in (_UNKNOWN_HOST, _CANT_CONNECT):
         return SourceError(f"cannot connect to {where(source)}: is the server running and "
-                           f"source.host/source.port right? ({_first_line(exc)})",
+                           f"source.host/source.port right? ({first_line(exc)})",
                            transient=code == _CANT_CONNECT)
-    return SourceError(f"source {where(source)}: {_first_line(exc)}",
+    return SourceError(f"source {where(source)}: {first_line(exc)}",
                        transient=is_transient(code, str(exc)))
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
     text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+class StreamingCursor(pymysql.cursors.SSCursor):
+    """An unbuffered cursor that closes quietly once its connection is lost (pymysql's would
+    raise again from `__del__`, printing a traceback)."""
+
+    def close(self):
+        if self.connection is not None and not self.connection.open:  # nothing more arrives
+            if self._result is not None:
+                self._result.unbuffered_active = False
+            self.connection = None
+        super().close()
+
+    __del__ = close
+
+
 @contextmanager
-def cursor(source, streaming: bool = False) -> Iterator[pymysql.cursors.Cursor]:
-    cls = pymysql.cursors.SSCursor if streaming else pymysql.cursors.Cursor
-    conn = connect(source, cursorclass=cls)
+def cursor(source) -> Iterator[pymysql.cursors.Cursor]:
+    conn = connect(source)
     try:
         with conn.cursor() as cur:
             yield cur

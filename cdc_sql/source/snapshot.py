@@ -124,6 +124,11 @@ def _select_item(column: Column) -> str:
 
 
 # -- native (connectorx) ---------------------------------------------------------------------
+def _failure(exc: BaseException) -> bool:
+    """connectorx raises RuntimeError, and Rust panics arrive as pyo3's PanicException, a
+    BaseException; interrupts and exits are not read failures."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
 def _read_native(source, table: SourceTable, splits: list[Split], mariadb: bool,
                  batch_rows: int) -> SplitRead:
     import connectorx  # optional: without it every split reads with pymysql
@@ -143,19 +148,36 @@ def _read_native(source, table: SourceTable, splits: list[Split], mariadb: bool,
         stream = connectorx.read_sql(
             _url(source), sql, return_type="arrow_stream", batch_size=batch_rows,
             pre_execution_query=["SET time_zone = '+00:00'"])
-    except Exception as exc:  # noqa: BLE001 - connectorx raises RuntimeError and panics
-        raise SourceError(f"snapshot read of {table.qualified} splits {splits[0].split_id}-"
-                          f"{splits[-1].split_id} failed: {_redact(str(exc), source)}",
-                          transient=is_transient(None, str(exc))) from None
-    return SplitRead(watermark, _restore(stream, table), "native", server)
+    except BaseException as exc:  # noqa: BLE001 - see _failure
+        if not _failure(exc):
+            raise
+        raise _read_failed(table, splits, _redact(str(exc), source), None) from None
+    return SplitRead(watermark, _restore(stream, table, source, splits), "native", server)
 
 
-def _restore(stream, table: SourceTable) -> Iterator[pa.RecordBatch]:
-    """Cast what connectorx returns to the contract's Arrow types."""
+def _restore(stream, table: SourceTable, source, splits: list[Split]) -> Iterator[pa.RecordBatch]:
+    """Cast what connectorx returns to the contract's Arrow types. A read that breaks off
+    (the server restarted, the connection was killed) is a SourceError like any other."""
     schema = read_schema(table)
-    for batch in stream:
+    batches = iter(stream)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except BaseException as exc:  # noqa: BLE001 - see _failure
+            if not _failure(exc):
+                raise
+            raise _read_failed(table, splits, _redact(str(exc), source), None) from None
         arrays = [pc.cast(batch.column(i), field.type) for i, field in enumerate(schema)]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _read_failed(table: SourceTable, splits: list[Split], message: str,
+                 code: int | None) -> SourceError:
+    return SourceError(f"snapshot read of {table.qualified} splits {splits[0].split_id}-"
+                       f"{splits[-1].split_id} failed: {message}",
+                       transient=is_transient(code, message))
 
 
 def _literal(value) -> str:
@@ -177,11 +199,12 @@ def _redact(text: str, source) -> str:
 # -- pymysql ------------------------------------------------------------------------------------
 def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool,
                   batch_rows: int) -> SplitRead:
-    conn = mysql.connect(source, cursorclass=pymysql.cursors.SSCursor, autocommit=False)
-    cur = conn.cursor()
+    conn = mysql.connect(source, autocommit=False)
+    cur = conn.cursor(mysql.StreamingCursor)
     try:
-        watermark = begin_snapshot(cur, mariadb)
-        server = server_identity(cur, mariadb)
+        with conn.cursor() as first:  # buffered: single-row answers read to their end
+            watermark = begin_snapshot(first, mariadb)
+            server = server_identity(first, mariadb)
         cur.execute(*_select_sql(table, splits, native=False))
     except pymysql.err.MySQLError as exc:
         conn.close()
@@ -189,21 +212,24 @@ def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool
     except BaseException:
         conn.close()
         raise
-    return SplitRead(watermark, _batches(conn, cur, table, batch_rows), "pymysql", server)
+    return SplitRead(watermark, _batches(conn, cur, table, splits, batch_rows), "pymysql",
+                     server)
 
 
-def _batches(conn, cur, table: SourceTable, batch_rows: int) -> Iterator[pa.RecordBatch]:
+def _batches(conn, cur, table: SourceTable, splits: list[Split],
+             batch_rows: int) -> Iterator[pa.RecordBatch]:
     schema = read_schema(table)
     columns = list(table.columns) + [None] * (len(table.key_text_columns) + 1)
     try:
-        while True:
-            rows = cur.fetchmany(batch_rows)
-            if not rows:
-                break
+        while rows := cur.fetchmany(batch_rows):
             arrays = [pa.array([normalize(column, row[i]) if column else row[i] for row in rows],
                                type=field.type)
                       for i, (column, field) in enumerate(zip(columns, schema))]
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
         conn.commit()
+    except pymysql.err.MySQLError as exc:  # the read broke off: a restart, a KILL
+        raise _read_failed(table, splits, mysql.first_line(exc),
+                           exc.args[0] if exc.args else None) from None
     finally:
+        cur.close()
         conn.close()

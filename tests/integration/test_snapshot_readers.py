@@ -99,3 +99,26 @@ def test_native_reader_errors_hide_the_password(mariadb, database, make_pipeline
         read_split(pipeline.source, table, Split(f"{database}.nope", 0, None, None), True,
                    reader="native")
     assert "cdc-secret" not in str(info.value) and "nope" in str(info.value)
+
+
+@pytest.mark.parametrize("reader", ["native", "pymysql"])
+def test_a_read_broken_off_is_a_transient_source_error(mariadb, database, make_pipeline, reader):
+    """The server restarted or the connection was killed while rows streamed: follow mode
+    waits that out, so it must arrive as a transient SourceError, never a driver traceback."""
+    mariadb.execute("CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(200))",
+                    "INSERT INTO big SELECT seq, REPEAT('x', 200) FROM seq_1_to_300000",
+                    db=database)
+    pipeline = make_pipeline(f"- name: big\n  source: {database}.big")
+    with mysql.cursor(pipeline.source) as cur:
+        table = read_table(cur, database, "big")
+    read = read_split(pipeline.source, table, Split(f"{database}.big", 0, None, None), True,
+                      batch_rows=1000, reader=reader)
+    with pytest.raises(SourceError) as info:
+        next(read.batches)
+        for (connection,) in mariadb.query(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE "
+                "'%\\_cdc\\_split\\_id%' AND ID <> CONNECTION_ID()"):
+            mariadb.execute(f"KILL CONNECTION {int(connection)}")
+        for _ in read.batches:
+            pass
+    assert info.value.transient and f"{database}.big" in str(info.value), str(info.value)
