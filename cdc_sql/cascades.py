@@ -1,0 +1,184 @@
+"""Foreign-key cascades: the child rows InnoDB changes without a binlog event. Pure functions.
+
+InnoDB carries out `ON DELETE CASCADE`, `ON UPDATE CASCADE` and `SET NULL` inside the engine:
+the binlog holds the parent's change, never the child rows it changed. cdc-sql works them out
+and gives the child's silver (and history) each of them as a change row at the parent change's
+offset, merged with the child's own changes by the usual rule, the last candidate per key by
+offset (docs/architecture.md, "Cascades"):
+
+- a parent change is a delete of its key, or a change of its key (the binlog reader turns an
+  UPDATE of a key into a delete of the old key and an insert of the new one at one offset);
+- the child rows it reaches are those whose foreign-key columns equal the old key *just before*
+  that offset: the child's rows as silver held them when the window began (or the snapshot rows
+  at their watermarks, in a first batch), carried forward through the child's own changes and
+  the cascades already worked out, in offset order;
+- a child row changed after the cascade already carries the cascaded value in its image, so its
+  own change wins, as it must; a snapshot row read after the cascade wins over it the same way.
+
+Not applied (and `validate` says so, naming the constraint): `SET DEFAULT` (InnoDB rejects it),
+a parent that is not captured, a foreign key that references other columns than the parent's
+key, a child silver table that is a projection or a shard union (its rows are not the source's),
+and cascades set off by cascades (a child that is itself a cascading parent): their rows reach
+silver through the child's own binlog changes only. Changes made with `foreign_key_checks=0`
+cascade nothing in InnoDB, and cdc-sql cannot tell them apart: run `verify` after such work.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+ACTIONS = ("CASCADE", "SET NULL")
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    """One foreign key as information_schema describes it."""
+
+    name: str
+    child: str                     # db.table
+    columns: tuple[str, ...]       # the child's columns, in the constraint's order
+    parent: str                    # db.table
+    referenced: tuple[str, ...]    # the parent's columns they reference, in the same order
+    on_update: str                 # CASCADE, SET NULL, SET DEFAULT, RESTRICT, NO ACTION
+    on_delete: str
+    folded: tuple[bool, ...] = ()  # per column: compared case- and trailing-space-insensitively
+
+    @property
+    def cascading(self) -> bool:
+        return self.on_update in (*ACTIONS, "SET DEFAULT") or \
+            self.on_delete in (*ACTIONS, "SET DEFAULT")
+
+    def rules(self) -> str:
+        return ", ".join(f"ON {what} {rule}" for what, rule in (("UPDATE", self.on_update),
+                                                                   ("DELETE", self.on_delete))
+                         if rule in (*ACTIONS, "SET DEFAULT"))
+
+    def aligned(self, parent_key: Sequence[str]) -> "ForeignKey":
+        """The same key with its columns in the order of the parent's key."""
+        order = [self.referenced.index(k) for k in parent_key]
+        folded = self.folded or (False,) * len(self.columns)
+        return ForeignKey(self.name, self.child, tuple(self.columns[i] for i in order),
+                          self.parent, tuple(parent_key), self.on_update, self.on_delete,
+                          tuple(folded[i] for i in order))
+
+
+def unapplied(fk: ForeignKey, parent_key: Sequence[str] | None, child_as_is: bool,
+              cascaded_into: bool) -> str | None:
+    """Why the cascades of `fk` cannot reach the child's silver, or None when they can.
+    `parent_key`: the parent's key when the pipeline captures it; `child_as_is`: the child's
+    silver holds its source rows unchanged (no projection, no shards); `cascaded_into`: the
+    parent is itself changed by cascades."""
+    if fk.on_update == "SET DEFAULT" or fk.on_delete == "SET DEFAULT":
+        return "SET DEFAULT is not carried out by InnoDB"
+    if parent_key is None:
+        return f"the pipeline does not capture {fk.parent}"
+    if sorted(fk.referenced) != sorted(parent_key):
+        return (f"it references ({', '.join(fk.referenced)}), not the key of {fk.parent} "
+                f"({', '.join(parent_key)})")
+    if not child_as_is:
+        return (f"silver of {fk.child} is a projection or a union of shards, not its source "
+                f"rows")
+    if cascaded_into:
+        return f"{fk.parent} is itself changed by cascades (nested cascades are not applied)"
+    return None
+
+
+@dataclass(frozen=True)
+class ParentChange:
+    """A delete of a parent key (`new` None) or a change of it, at `offset`."""
+
+    offset: str
+    parent: str
+    old: tuple
+    new: tuple | None
+
+
+def parent_changes(parent: str, rows: Iterable[tuple[str, str, tuple]]) -> list[ParentChange]:
+    """The deletes and key changes among a parent's change rows (offset, op, key): a key change
+    is the delete of the old key and the insert of the new one at the same offset."""
+    by_offset: dict[str, dict[str, tuple]] = {}
+    for offset, op, key in rows:
+        if op in ("d", "c"):
+            by_offset.setdefault(offset, {})[op] = key
+    return [ParentChange(offset, parent, ops["d"], ops.get("c"))
+            for offset, ops in sorted(by_offset.items()) if "d" in ops]
+
+
+@dataclass(frozen=True)
+class Version:
+    """A child row as of `offset`: its image, or its removal (`deleted`, image = the last one)."""
+
+    offset: str
+    image: dict
+    deleted: bool = False
+
+
+def cascade(fks: Sequence[ForeignKey], key: Sequence[str], versions: Iterable[Version],
+            changes: Iterable[ParentChange]) -> list[tuple[str, str, dict]]:
+    """The child change rows (offset, op c/u/d, image) the parent changes cascade into, given the
+    child's own versions (silver's rows or snapshot rows, and its binlog changes). `fks`: the
+    child's foreign keys, each aligned with its parent's key. A parent change and a child version
+    at the same offset: the change comes first (a snapshot row at its watermark holds it)."""
+    timeline = sorted([(c.offset, 0, c) for c in changes] + [(v.offset, 1, v) for v in versions],
+                      key=lambda item: item[:2])
+    rows: dict[tuple, dict] = {}
+    out: list[tuple[str, str, dict]] = []
+    n = 0
+    while n < len(timeline):
+        offset, kind, item = timeline[n]
+        if kind == 1:
+            row_key = tuple(item.image.get(k) for k in key)
+            if item.deleted:
+                rows.pop(row_key, None)
+            else:
+                rows[row_key] = item.image
+            n += 1
+            continue
+        before: dict[tuple, dict | None] = {}
+        while n < len(timeline) and timeline[n][:2] == (offset, 0):
+            _apply(timeline[n][2], fks, key, rows, before)
+            n += 1
+        for row_key, old in before.items():
+            new = rows.get(row_key)
+            if old is None and new is not None:
+                out.append((offset, "c", new))
+            elif old is not None and new is None:
+                out.append((offset, "d", old))
+            elif old != new:
+                out.append((offset, "u", new))
+    return out
+
+
+def _apply(change: ParentChange, fks: Sequence[ForeignKey], key: Sequence[str],
+           rows: dict[tuple, dict], before: dict[tuple, dict | None]) -> None:
+    for fk in fks:
+        if fk.parent != change.parent:
+            continue
+        rule = fk.on_delete if change.new is None else fk.on_update
+        if rule not in ACTIONS:
+            continue
+        reached = [k for k, image in rows.items()
+                   if _equal(tuple(image.get(c) for c in fk.columns), change.old, fk.folded)]
+        for row_key in reached:
+            image = rows.pop(row_key)
+            before.setdefault(row_key, image)
+            if rule == "CASCADE" and change.new is None:
+                continue
+            values = change.new if rule == "CASCADE" else (None,) * len(fk.columns)
+            image = {**image, **dict(zip(fk.columns, values))}
+            new_key = tuple(image.get(k) for k in key)
+            before.setdefault(new_key, rows.get(new_key))
+            rows[new_key] = image
+
+
+def _equal(values: tuple, key: tuple, folded: tuple[bool, ...]) -> bool:
+    """Whether a child's foreign-key values reference a parent key: no NULL among them, each
+    equal (a case-insensitive collation ignores case and trailing spaces)."""
+    if any(v is None for v in values):
+        return False
+    for n, (value, wanted) in enumerate(zip(values, key)):
+        if folded and folded[n] and isinstance(value, str) and isinstance(wanted, str):
+            value, wanted = value.rstrip(" ").casefold(), wanted.rstrip(" ").casefold()
+        if value != wanted:
+            return False
+    return True

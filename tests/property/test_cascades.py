@@ -1,0 +1,183 @@
+"""Property: silver's rule (the last candidate per key by offset) over the child's own changes and
+the cascades `cascade` works out equals what InnoDB leaves in the child table.
+
+A model of InnoDB runs random histories on a parent and a child with one or two foreign keys
+(random ON DELETE / ON UPDATE rules; a composite child key containing the foreign key, so
+cascades change child keys too) and writes the binlog it would: the statements' own rows only.
+Then, from any window start (silver's rows then) or from a snapshot read at random watermarks
+per split, the child's silver must equal the model's child table at the end.
+"""
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from cdc_sql.cascades import ForeignKey, Version, cascade, parent_changes
+
+RULES = ("CASCADE", "SET NULL", "RESTRICT")
+
+
+def off(n: int) -> str:
+    return f"{n:08d}"
+
+
+class InnoDB:
+    """Parent p(id); child c(id, n, p, q, v) with key (id) or (p, n); p and q reference p.id."""
+
+    def __init__(self, fks: list[ForeignKey], key: tuple[str, ...]):
+        self.fks, self.key = fks, key
+        self.parent: set[int] = set()
+        self.child: dict[tuple, dict] = {}
+        self.binlog: list[tuple[str, str, str, dict]] = []  # offset, table, op, image
+        self.n = 0
+
+    def _log(self, table: str, rows: list[tuple[str, dict]]) -> None:
+        self.n += 1
+        self.binlog += [(off(self.n), table, op, image) for op, image in rows]
+
+    def parent_change(self, old: int, new: int | None) -> None:
+        if old not in self.parent or (new is not None and new in self.parent):
+            return
+        child = dict(self.child)
+        for fk in self.fks:  # each constraint in turn, as `cascade` takes them
+            rule = fk.on_delete if new is None else fk.on_update
+            for k, row in list(child.items()):
+                if row[fk.columns[0]] != old:
+                    continue
+                if rule not in ("CASCADE", "SET NULL"):
+                    return  # RESTRICT: InnoDB refuses the statement
+                del child[k]
+                if rule == "CASCADE" and new is None:
+                    continue
+                row = {**row, fk.columns[0]: new if rule == "CASCADE" else None}
+                child[self._key_of(row)] = row
+        self.parent.discard(old)
+        rows = [("d", {"id": old})]
+        if new is not None:
+            self.parent.add(new)
+            rows.append(("c", {"id": new}))
+        self.child = child
+        self._log("p", rows)
+
+    def parent_insert(self, new: int) -> None:
+        if new not in self.parent:
+            self.parent.add(new)
+            self._log("p", [("c", {"id": new})])
+
+    def child_write(self, row: dict, delete: bool) -> None:
+        k = self._key_of(row)
+        if delete:
+            if k in self.child:
+                self._log("c", [("d", self.child.pop(k))])
+            return
+        if any(row[c] is not None and row[c] not in self.parent for c in ("p", "q")) or \
+                any(row[c] is None for c in self.key):
+            return  # InnoDB refuses a child row without its parent, or a NULL in a key
+        old = self.child.get(k)
+        self.child[k] = row
+        self._log("c", [("u" if old else "c", row)])
+
+    def _key_of(self, row: dict) -> tuple:
+        return tuple(row[k] for k in self.key)
+
+
+parents = st.integers(0, 2)  # few keys: rows meet often
+operations = st.lists(st.one_of(
+    st.tuples(st.just("pins"), parents),
+    st.tuples(st.just("pdel"), parents),
+    st.tuples(st.just("pkey"), parents, parents),
+    st.tuples(st.just("cw"), st.integers(0, 2), st.integers(0, 1),
+              st.one_of(st.none(), parents), st.one_of(st.none(), parents),
+              st.integers(0, 2), st.booleans()),
+), max_size=40)
+
+
+@st.composite
+def histories(draw):
+    composite = draw(st.booleans())
+    on_delete, on_update = draw(st.sampled_from(RULES)), draw(st.sampled_from(RULES))
+    if composite:  # p is part of the key: NOT NULL, no SET NULL
+        on_delete, on_update = (r if r != "SET NULL" else "CASCADE" for r in (on_delete, on_update))
+    fks = [ForeignKey("fk_p", "db.c", ("p",), "db.p", ("id",), on_update, on_delete)]
+    if draw(st.booleans()):
+        fks.append(ForeignKey("fk_q", "db.c", ("q",), "db.p", ("id",),
+                              draw(st.sampled_from(RULES)), draw(st.sampled_from(RULES))))
+    db = InnoDB(fks, ("p", "n") if composite else ("id",))
+    states = [dict(db.child)]
+    for op in draw(operations):
+        if op[0] == "pins":
+            db.parent_insert(op[1])
+        elif op[0] == "pdel":
+            db.parent_change(op[1], None)
+        elif op[0] == "pkey":
+            db.parent_change(op[1], op[2])
+        else:
+            _, cid, n, p, q, v, delete = op
+            db.child_write({"id": cid, "n": n, "p": p, "q": q, "v": v}, delete)
+        while len(states) <= db.n:
+            states.append(dict(db.child))
+    return db, states
+
+
+def silver(candidates: list[tuple[str, str, dict]], key) -> dict[tuple, dict]:
+    """The last candidate per key by offset; at one offset a write wins over a removal."""
+    last: dict[tuple, tuple] = {}
+    for offset, op, image in candidates:
+        k = tuple(image[c] for c in key)
+        rank = (offset, op != "d")
+        if k not in last or rank > last[k][0]:
+            last[k] = (rank, op, image)
+    return {k: image for k, (_, op, image) in last.items() if op != "d"}
+
+
+def child_changes(db: InnoDB, after: str) -> list[tuple[str, str, dict]]:
+    return [(o, op, image) for o, table, op, image in db.binlog if table == "c" and o > after]
+
+
+def events(db: InnoDB, after: str):
+    return parent_changes("db.p", [(o, op, (image["id"],)) for o, table, op, image in db.binlog
+                                   if table == "p" and o > after])
+
+
+@settings(max_examples=400, deadline=None)
+@given(histories(), st.data())
+def test_from_silver_at_any_window_start(history, data):
+    db, states = history
+    start = data.draw(st.integers(0, db.n))
+    base = [(off(start), "r", row) for row in states[start].values()]
+    own = child_changes(db, off(start))
+    versions = [Version(o, image, op == "d") for o, op, image in base + own]
+    cascaded = cascade(db.fks, db.key, versions, events(db, off(start)))
+    assert silver(base + own + cascaded, db.key) == db.child
+
+
+@settings(max_examples=400, deadline=None)
+@given(histories(), st.data())
+def test_from_a_snapshot_read_at_watermarks_per_split(history, data):
+    """Snapshot rows stand at their split's watermark (splits: by the parity of the key's first
+    column); every binlog change since the start is in the window."""
+    db, states = history
+    marks = [data.draw(st.integers(0, db.n)) for _ in range(2)]
+    base = [(off(mark), "r", row) for parity, mark in enumerate(marks)
+            for k, row in states[mark].items() if k[0] % 2 == parity]
+    own = child_changes(db, off(0))
+    versions = [Version(o, image, op == "d") for o, op, image in base + own]
+    cascaded = cascade(db.fks, db.key, versions, events(db, off(0)))
+    assert silver(base + own + cascaded, db.key) == db.child
+
+
+def test_a_key_change_cascades_into_the_child_key_and_a_delete_removes_it():
+    fk = ForeignKey("fk", "db.c", ("p",), "db.p", ("id",), "CASCADE", "CASCADE")
+    versions = [Version(off(1), {"p": 1, "n": 0, "v": "a"}), Version(off(1), {"p": 2, "n": 0})]
+    changes = parent_changes("db.p", [(off(5), "d", (1,)), (off(5), "c", (7,)),
+                                      (off(6), "d", (2,))])
+    assert cascade([fk], ("p", "n"), versions, changes) == [
+        (off(5), "d", {"p": 1, "n": 0, "v": "a"}), (off(5), "c", {"p": 7, "n": 0, "v": "a"}),
+        (off(6), "d", {"p": 2, "n": 0})]
+
+
+def test_case_insensitive_keys_match_as_the_collation_does():
+    fk = ForeignKey("fk", "db.c", ("code",), "db.p", ("code",), "CASCADE", "SET NULL",
+                    folded=(True,))
+    versions = [Version(off(1), {"id": 1, "code": "abc "}), Version(off(1), {"id": 2, "code": "x"})]
+    changes = parent_changes("db.p", [(off(3), "d", ("ABC",))])
+    assert cascade([fk], ("id",), versions, changes) == [(off(3), "u", {"id": 1, "code": None})]
