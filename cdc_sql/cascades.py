@@ -24,7 +24,7 @@ cascade nothing in InnoDB, and cdc-sql cannot tell them apart: run `verify` afte
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 ACTIONS = ("CASCADE", "SET NULL")
@@ -42,6 +42,7 @@ class ForeignKey:
     on_update: str                 # CASCADE, SET NULL, SET DEFAULT, RESTRICT, NO ACTION
     on_delete: str
     folded: tuple[bool, ...] = ()  # per column: compared case- and trailing-space-insensitively
+    parent_table: tuple[str, str] = ("", "")  # (db, table): names may hold dots
 
     @property
     def cascading(self) -> bool:
@@ -57,30 +58,50 @@ class ForeignKey:
         """The same key with its columns in the order of the parent's key."""
         order = [self.referenced.index(k) for k in parent_key]
         folded = self.folded or (False,) * len(self.columns)
-        return ForeignKey(self.name, self.child, tuple(self.columns[i] for i in order),
-                          self.parent, tuple(parent_key), self.on_update, self.on_delete,
-                          tuple(folded[i] for i in order))
+        return replace(self, columns=tuple(self.columns[i] for i in order),
+                       referenced=tuple(parent_key), folded=tuple(folded[i] for i in order))
 
 
-def unapplied(fk: ForeignKey, parent_key: Sequence[str] | None, child_as_is: bool,
-              cascaded_into: bool) -> str | None:
+def unapplied(fk: ForeignKey, parent_key: Sequence[str] | None, child_as_is: bool) -> str | None:
     """Why the cascades of `fk` cannot reach the child's silver, or None when they can.
     `parent_key`: the parent's key when the pipeline captures it; `child_as_is`: the child's
-    silver holds its source rows unchanged (no projection, no shards); `cascaded_into`: the
-    parent is itself changed by cascades."""
+    silver holds its source rows unchanged (no projection, no shards)."""
     if fk.on_update == "SET DEFAULT" or fk.on_delete == "SET DEFAULT":
-        return "SET DEFAULT is not carried out by InnoDB"
+        return "InnoDB does not carry out SET DEFAULT"
     if parent_key is None:
         return f"the pipeline does not capture {fk.parent}"
     if sorted(fk.referenced) != sorted(parent_key):
         return (f"it references ({', '.join(fk.referenced)}), not the key of {fk.parent} "
                 f"({', '.join(parent_key)})")
     if not child_as_is:
-        return (f"silver of {fk.child} is a projection or a union of shards, not its source "
-                f"rows")
-    if cascaded_into:
-        return f"{fk.parent} is itself changed by cascades (nested cascades are not applied)"
+        return f"silver of {fk.child} is a projection or a union of shards, not its source rows"
     return None
+
+
+def assign(fks: Iterable[ForeignKey], captured: dict[str, tuple[str, ...]],
+           as_is: set[str]) -> tuple[dict[str, tuple[ForeignKey, ...]], list[str]]:
+    """The cascading foreign keys applied to each captured child (aligned with the parent's
+    key), and a warning for each one that is not, or only in part. `captured`: every captured
+    source table (db.table) and its key; `as_is`: those whose silver is their rows unchanged."""
+    fks = [fk for fk in fks if fk.cascading and fk.child in captured]
+    cascaded_into = {fk.child for fk in fks}
+    applied: dict[str, list[ForeignKey]] = {}
+    warnings = []
+    for fk in fks:
+        label = f"foreign key `{fk.name}` of {fk.child} ({fk.rules()} from {fk.parent})"
+        why = unapplied(fk, captured.get(fk.parent), fk.child in as_is)
+        if why:
+            warnings.append(f"{label}: InnoDB applies it without a binlog event, and cdc-sql "
+                            f"cannot apply it to silver: {why}. Silver of {fk.child} keeps the "
+                            f"rows it changes: run `cdc-sql verify` on that table, or change "
+                            f"child rows explicitly (docs/types.md, Limits)")
+            continue
+        applied.setdefault(fk.child, []).append(fk.aligned(captured[fk.parent]))
+        if fk.parent in cascaded_into:
+            warnings.append(f"{label}: applied to silver, except where a cascade into "
+                            f"{fk.parent} sets it off (nested cascades are not applied): run "
+                            f"`cdc-sql verify` on {fk.child} after such changes")
+    return {child: tuple(found) for child, found in applied.items()}, warnings
 
 
 @dataclass(frozen=True)

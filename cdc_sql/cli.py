@@ -15,7 +15,8 @@ from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import Facts, batch_steps, describe, silver_plans, sources_by_table
+from cdc_sql.lake.silver import (Facts, batch_steps, cascade_warnings, describe, silver_plans,
+                                 sources_by_table)
 from cdc_sql.lake.state import State
 from cdc_sql.lock import target_lock
 from cdc_sql.ops import status
@@ -143,6 +144,7 @@ def _validate(args) -> int:
         return 0
     view = preflight.inspect_source(pipeline)
     plans = silver_plans(pipeline, view)
+    view.warnings += cascade_warnings(plans, view)
     source = pipeline.source
     if source.startup == "initial":
         with mysql.cursor(source) as cur:

@@ -26,8 +26,8 @@ from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import (SilverPlan, check_untouched, merge_window, owned_tables,
-                                 owned_versions, read_statements, silver_plans,
+from cdc_sql.lake.silver import (SilverPlan, cascade_warnings, check_untouched, merge_window,
+                                 owned_tables, owned_versions, read_statements, silver_plans,
                                  sources_by_table)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
@@ -95,6 +95,8 @@ class Runner:
         for warning in view.warnings:
             log.warning(warning)
         plans = silver_plans(self.pipeline, view)
+        for warning in cascade_warnings(plans, view):
+            log.warning(warning)
         checkpoint = self.state.load()
         self._claim_target(checkpoint)
         started = time.monotonic()
@@ -468,7 +470,8 @@ class Runner:
         if window is None:
             return []
         if not window.idle:
-            merge_window(self.lake, plan, window, statements)
+            merge_window(self.lake, plan, window, statements,
+                         entry.silver_version if entry is not None else None)
         if window.first or window.replace:  # a whole snapshot went in: one key range per file
             for path in owned_tables(self.lake, plan.spec).values():
                 cluster_if_mixed(self.lake, path, list(plan.key))
@@ -498,6 +501,7 @@ class Runner:
         its applied offset then moves on without a MERGE."""
         return self.captured_from is not None and self.captured_from <= applied and \
             not any(t.qualified in self.changed_tables for t in plan.sources) and \
+            not any(fk.parent in self.changed_tables for fk in plan.cascades) and \
             all(self.lake.tables.exists(p) for p in owned_tables(self.lake, plan.spec).values())
 
 

@@ -18,7 +18,8 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 
-from cdc_sql import faults
+from cdc_sql import cascades, faults
+from cdc_sql.cascades import ForeignKey
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
 from cdc_sql.errors import ConfigError, SourceError, StateError
@@ -49,6 +50,14 @@ class SilverPlan:
     sources: tuple[SourceTable, ...]
     projection: Projection
     key_texts: tuple[tuple[str, str], ...] = ()  # temporal key columns: (source, output name)
+    cascades: tuple[ForeignKey, ...] = ()  # foreign keys whose cascades silver applies
+
+    @property
+    def as_is(self) -> bool:
+        """Silver holds the source's rows unchanged: one source table, no projection."""
+        return not self.sharded and self.projection.where is None and \
+            self.projection.columns == tuple((quote(c.name), c.name)
+                                             for c in self.sources[0].columns)
 
     @property
     def sharded(self) -> bool:
@@ -121,9 +130,25 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
 
 
 def silver_plans(pipeline, view) -> list[SilverPlan]:
-    """Every table of the pipeline planned over the source tables `view` found for it."""
-    return [plan_silver(spec, tables, pipeline.file, i)
-            for i, (spec, tables) in enumerate(zip(pipeline.tables, view.tables))]
+    """Every table of the pipeline planned over the source tables `view` found for it, with
+    the foreign-key cascades it applies."""
+    plans = [plan_silver(spec, tables, pipeline.file, i)
+             for i, (spec, tables) in enumerate(zip(pipeline.tables, view.tables))]
+    applied, _ = _cascades(plans, view)
+    return [replace(plan, cascades=applied.get(plan.sources[0].qualified, ())) if plan.as_is
+            else plan for plan in plans]
+
+
+def cascade_warnings(plans: list[SilverPlan], view) -> list[str]:
+    """The cascading foreign keys into captured tables that silver cannot apply (or only in
+    part), for `validate` and the run's log."""
+    return _cascades(plans, view)[1]
+
+
+def _cascades(plans: list[SilverPlan], view):
+    captured = {t.qualified: t.key for plan in plans for t in plan.sources}
+    as_is = {plan.sources[0].qualified for plan in plans if plan.as_is}
+    return cascades.assign(getattr(view, "foreign_keys", ()), captured, as_is)
 
 
 def sources_by_table(plans: list[SilverPlan]) -> dict[str, list[str]]:
@@ -276,8 +301,10 @@ class Step:
     as_is: str = ""
 
 
-def batch_steps(lake, plan: SilverPlan, window: Window, facts: Facts) -> list[Step]:
-    """The statements of one silver batch, in order (run by run_batch, shown by `plan`)."""
+def batch_steps(lake, plan: SilverPlan, window: Window, facts: Facts,
+                cascaded: bool = False) -> list[Step]:
+    """The statements of one silver batch, in order (run by run_batch, shown by `plan`).
+    `cascaded`: foreign-key cascades changed rows in the window (cascade_rows)."""
     name = plan.spec.name
     images, candidates = f"cdc_images_{name}", f"cdc_candidates_{name}"
     steps, parts = [], []
@@ -306,6 +333,11 @@ def batch_steps(lake, plan: SilverPlan, window: Window, facts: Facts) -> list[St
             args={"source_table": source.qualified, "after": window.after,
                   "upto": window.upto, **rename_args}))
         parts.append(f"{images}_{i}_b")
+    if cascaded:
+        steps.append(Step(f"{images}_x: the rows foreign-key cascades changed (InnoDB's, not in "
+                          f"the binlog), worked out by cdc_sql/cascades.py", "", "cascade",
+                          f"{images}_x"))
+        parts.append(f"{images}_x")
     steps.append(Step(f"{images}: every image of the batch",
                       " UNION ALL ".join(f"SELECT * FROM {quote(p)}" for p in parts), name=images))
     steps.append(Step(f"{candidates}: the projection over {images}", candidates_sql(plan, images),
@@ -386,31 +418,44 @@ def describe(steps: list[Step]) -> str:
 
 # -- carrying out a window ---------------------------------------------------------------------
 def merge_window(lake, plan: SilverPlan, window: Window,
-                 statements: list[tuple] | None = None) -> None:
+                 statements: list[tuple] | None = None, silver_version: int | None = None) -> None:
     """The first batch (silver created from the snapshot rows; with history, history begins
-    once silver is past every split's read) or an ordinary one."""
+    once silver is past every split's read) or an ordinary one. `silver_version`: silver's
+    version state recorded with the window's start (where cascades start from)."""
+    cascaded = cascade_rows(lake, plan, window, statements, silver_version) \
+        if plan.cascades else None
     if not window.first or not plan.spec.history:
-        run_batch(lake, plan, window, statements)
+        run_batch(lake, plan, window, statements, cascaded)
         return
     start = window.history_start or window.upto
     if not lake.tables.exists(lake.history_path(plan.spec.name)):  # else a rerun: past it
         silver_only = replace(plan, spec=replace(plan.spec, history=False))
-        run_batch(lake, silver_only, replace(window, upto=min(start, window.upto)), statements)
+        run_batch(lake, silver_only, replace(window, upto=min(start, window.upto)), statements,
+                  cascaded)
         _start_history(lake, plan)
     if start < window.upto:
-        run_batch(lake, plan, Window(start, window.upto), statements)
+        run_batch(lake, plan, Window(start, window.upto), statements, cascaded)
 
 
-def run_batch(lake, plan: SilverPlan, window: Window,
-              statements: list[tuple] | None = None) -> None:
-    """MERGE the window into silver, then into its history table when the pipeline keeps one."""
+def run_batch(lake, plan: SilverPlan, window: Window, statements: list[tuple] | None = None,
+              cascaded: tuple | None = None) -> None:
+    """MERGE the window into silver, then into its history table when the pipeline keeps one.
+    `cascaded`: the rows cascades changed (cascade_rows), of this window and maybe beyond."""
     started = time.monotonic()
     facts = read_facts(lake, plan, window, statements)
     log.debug("silver %s: facts in %.3fs", plan.spec.name, time.monotonic() - started)
     nothing = False  # no change to merge into silver
-    steps = batch_steps(lake, plan, window, facts)
+    inside = []
+    if cascaded:
+        schema, rows = cascaded
+        at = schema.names.index("_cdc_offset")
+        inside = [row for row in rows if window.after < row[at] <= window.upto]
+    steps = batch_steps(lake, plan, window, facts, cascaded=bool(inside))
     for n, step in enumerate(steps):
         started = time.monotonic()
+        if step.kind == "cascade":
+            lake.spark.createDataFrame(inside, schema).createOrReplaceTempView(step.name)
+            continue
         if step.kind == "view":
             if not any(_references(later, step.name) for later in steps[n + 1:]
                        if later.kind != "view"):
@@ -434,6 +479,111 @@ def run_batch(lake, plan: SilverPlan, window: Window,
         log.debug("silver %s: %s in %.3fs", plan.spec.name, step.title.split(":")[0],
                   time.monotonic() - started)
     apply_truncates(lake, plan, facts)
+
+
+# -- foreign-key cascades ------------------------------------------------------------------------
+def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple] | None,
+                 silver_version: int | None) -> tuple | None:
+    """The child rows the foreign-key cascades of the window changed, as images of the batch:
+    (Spark schema, rows), or None when no parent deleted or changed a key. Read: each parent's
+    deletes and key changes; the child's versions that may be reached (silver's rows at
+    `silver_version`, or the snapshot rows in a first batch; and the window's own changes) of
+    the rows whose foreign key holds one of those parent keys. Worked out by cascades.cascade."""
+    spark, source = lake.spark, plan.sources[0]
+    changes, stamps = [], {}
+    for parent_table in sorted({fk.parent_table for fk in plan.cascades}):
+        path = lake.changes_path(*parent_table)
+        if not lake.tables.exists(path):
+            continue
+        fk = next(f for f in plan.cascades if f.parent_table == parent_table)
+        rows = spark.sql(render("cascade_parent_changes",
+                                key=", ".join(quote(k) for k in fk.referenced),
+                                bronze_changes=table_ref(path)),
+                         args={"after": window.after, "upto": window.upto}).collect()
+        stamps.update((row["_cdc_offset"], row["_cdc_ts"]) for row in rows)
+        changes += cascades.parent_changes(fk.parent, [
+            (row["_cdc_offset"], row["_cdc_op"], tuple(row[k] for k in fk.referenced))
+            for row in rows])
+    if not changes:
+        return None
+    versions = _child_versions(lake, plan, window, statements, silver_version)
+    columns = [c for c in versions.columns if not c.startswith("_cdc_") or
+               c in {key_text_name(k.name) for k in source.key_text_columns}]
+    reached = _reached(spark, plan, versions, changes).collect()
+    found = [cascades.Version(row["_cdc_offset"], {c: row[c] for c in columns},
+                              row["_cdc_deleted"]) for row in reached]
+    out = []
+    for offset, op, image in cascades.cascade(plan.cascades, plan.key, found, changes):
+        meta = {"_cdc_offset": offset, "_cdc_op": op, "_cdc_ts": stamps.get(offset),
+                "_cdc_source_table": source.qualified, "_cdc_deleted": op == "d",
+                "_cdc_attempt": None}
+        out.append(tuple({**image, **meta}[c] for c in versions.columns))
+    log.info("silver %s: %d rows changed by foreign-key cascades in (%s, %s]", plan.spec.name,
+             len(out), window.after, window.upto)
+    return versions.schema, out
+
+
+def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tuple] | None,
+                    silver_version: int | None):
+    """Every image of the child the window reads (snapshot rows, binlog changes) and, after the
+    first batch, silver's rows as the window began, in the images' columns."""
+    spark, name, source = lake.spark, plan.spec.name, plan.sources[0]
+    facts = read_facts(lake, plan, window, statements)
+    steps = [s for s in batch_steps(lake, plan, window, facts)
+             if s.name.startswith(f"cdc_images_{name}_0_")]
+    for n, step in enumerate(steps):
+        if step.kind == "splits":
+            _execute(lake, step)
+        else:
+            _define_view(spark, step, [s for s in steps[:n] if s.kind == "view"])
+    parts = [spark.table(s.name) for s in steps if s.kind == "view"]
+    silver = lake.silver_path(name)
+    if not (window.first or window.replace) and lake.tables.exists(silver):
+        present = set(lake.tables.schema(silver).names)
+        schema = parts[0].schema
+        columns = ", ".join(quote(f.name) if f.name in present else
+                            f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}"
+                            for f in schema.fields if not f.name.startswith("_cdc_") or
+                            f.name in {key_text_name(k.name) for k in source.key_text_columns})
+        version = "" if silver_version is None else f" VERSION AS OF {int(silver_version)}"
+        parts.append(spark.sql(render("cascade_silver_rows", columns=columns,
+                                      silver=table_ref(silver) + version),
+                               args={"source_table": source.qualified}))
+    versions = parts[0]
+    for part in parts[1:]:
+        versions = versions.unionByName(part)
+    return versions
+
+
+def _reached(spark, plan: SilverPlan, versions, changes):
+    """The versions of the child rows whose foreign key, in any version, holds a key the parent
+    changes name (old or new): the rows a cascade may reach, with all their versions."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    key = list(plan.key)
+    hits = None
+    for fk in plan.cascades:
+        values = {c.old for c in changes if c.parent == fk.parent} | \
+            {c.new for c in changes if c.parent == fk.parent and c.new is not None}
+        if not values:
+            continue
+        fields = [StructField(f"_cdc_v{i}", versions.schema[c].dataType)
+                  for i, c in enumerate(fk.columns)]
+        wanted = spark.createDataFrame(sorted(values, key=repr), StructType(fields))
+
+        matches = []
+        for i, column in enumerate(fk.columns):
+            left, right = versions[column], wanted[f"_cdc_v{i}"]
+            if fk.folded[i] and isinstance(fields[i].dataType, StringType):
+                left, right = F.lower(F.rtrim(left)), F.lower(F.rtrim(right))
+            matches.append(left == right)
+        found = versions.join(wanted, reduce(lambda a, b: a & b, matches), "left_semi") \
+            .select(*key)
+        hits = found if hits is None else hits.union(found)
+    return versions.join(hits.distinct(), key, "left_semi")
 
 
 def _references(step: Step, name: str) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from cdc_sql.cascades import ForeignKey
 from cdc_sql.errors import SourceError
 from cdc_sql.source import mysql
 from cdc_sql.source.offsets import Position
@@ -41,6 +42,7 @@ class SourceView:
     end_seen_at: str = field(default_factory=now)  # when `end` was read
     server: str = ""   # its identity, and what its binlog file numbers get in offsets
     base: int = 0      # (source/failover.py); set by the run once it knows where it resumes
+    foreign_keys: list[ForeignKey] = field(default_factory=list)  # cascading, into captured
 
     @property
     def source_tables(self) -> list[SourceTable]:
@@ -55,7 +57,7 @@ def inspect_source(pipeline) -> SourceView:
         if pipeline.source.startup != "snapshot-only":
             warnings += check_replication_access(cur, pipeline.source, mariadb)
         tables = [read_tables(cur, spec) for spec in pipeline.tables]
-        warnings += cascade_warnings(cur, [t for found in tables for t in found])
+        foreign_keys = read_foreign_keys(cur, [t for found in tables for t in found])
         end, _ = binary_log_status(cur)
         cur.execute("SHOW BINARY LOGS")
         first_binlog = Position(cur.fetchone()[0], 4)
@@ -65,32 +67,42 @@ def inspect_source(pipeline) -> SourceView:
                 warnings.append("MySQL source without gtid_mode=ON: snapshot watermarks are "
                                 "binlog positions, which group commit can make unsafe under "
                                 "heavy writes; turn GTIDs on for exact watermarks")
-    return SourceView(mariadb, tables, end, first_binlog, warnings)
+    return SourceView(mariadb, tables, end, first_binlog, warnings,
+                      foreign_keys=foreign_keys)
 
 
-def cascade_warnings(cur, tables: list[SourceTable]) -> list[str]:
-    """Foreign keys whose cascades change captured tables: InnoDB carries them out without a
-    binlog event, so those changes never reach silver (docs/types.md, "Limits")."""
+def read_foreign_keys(cur, tables: list[SourceTable]) -> list[ForeignKey]:
+    """The cascading foreign keys of the captured tables: InnoDB carries them out without a
+    binlog event (cdc_sql/cascades.py works out what they change)."""
     captured = {(t.db, t.name) for t in tables}
     if not captured:
         return []
-    cur.execute("SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, "
-                "UNIQUE_CONSTRAINT_SCHEMA, REFERENCED_TABLE_NAME, UPDATE_RULE, DELETE_RULE "
-                "FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE UPDATE_RULE IN "
-                "('CASCADE', 'SET NULL', 'SET DEFAULT') OR DELETE_RULE IN "
-                "('CASCADE', 'SET NULL', 'SET DEFAULT') ORDER BY 1, 2, 3")
-    out = []
-    for db, child, name, parent_db, parent, on_update, on_delete in cur.fetchall():
-        if (db, child) not in captured:
-            continue
-        rules = [f"ON {what} {rule}" for what, rule in (("UPDATE", on_update),
-                                                          ("DELETE", on_delete))
-                 if rule in ("CASCADE", "SET NULL", "SET DEFAULT")]
-        out.append(f"foreign key `{name}` of {db}.{child} ({', '.join(rules)} from "
-                   f"{parent_db}.{parent}): InnoDB applies it without a binlog event, so "
-                   f"silver of {db}.{child} keeps the rows it changes; run `cdc-sql verify` "
-                   f"on that table, or change child rows explicitly (docs/types.md, Limits)")
-    return out
+    databases = sorted({db for db, _ in captured})
+    cur.execute("SELECT k.TABLE_SCHEMA, k.TABLE_NAME, k.CONSTRAINT_NAME, k.COLUMN_NAME, "
+                "k.REFERENCED_TABLE_SCHEMA, k.REFERENCED_TABLE_NAME, k.REFERENCED_COLUMN_NAME, "
+                "r.UPDATE_RULE, r.DELETE_RULE, c.COLLATION_NAME "
+                "FROM information_schema.KEY_COLUMN_USAGE AS k "
+                "JOIN information_schema.REFERENTIAL_CONSTRAINTS AS r "
+                "ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.TABLE_NAME = k.TABLE_NAME "
+                "AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME "
+                "JOIN information_schema.COLUMNS AS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA AND "
+                "c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME "
+                "WHERE k.REFERENCED_TABLE_NAME IS NOT NULL AND k.TABLE_SCHEMA IN "
+                f"({', '.join(['%s'] * len(databases))}) AND (r.UPDATE_RULE IN ('CASCADE', "
+                "'SET NULL', 'SET DEFAULT') OR r.DELETE_RULE IN ('CASCADE', 'SET NULL', "
+                "'SET DEFAULT')) ORDER BY 1, 2, 3, k.ORDINAL_POSITION", databases)
+    columns: dict[tuple, list] = {}
+    for db, child, name, column, parent_db, parent, referenced, on_update, on_delete, \
+            collation in cur.fetchall():
+        if (db, child) in captured:
+            found = columns.setdefault((db, child, name, parent_db, parent, on_update,
+                                        on_delete), [])
+            found.append((column, referenced, str(collation or "").endswith("_ci")))
+    return [ForeignKey(name, f"{db}.{child}", tuple(c for c, _, _ in found),
+                       f"{parent_db}.{parent}", tuple(r for _, r, _ in found), on_update,
+                       on_delete, tuple(f for _, _, f in found), (parent_db, parent))
+            for (db, child, name, parent_db, parent, on_update, on_delete), found
+            in columns.items()]
 
 
 def check_binlog_settings(cur, startup: str) -> list[str]:

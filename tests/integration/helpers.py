@@ -49,7 +49,9 @@ def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, 
     """Silver (engine columns dropped) equals the rows `source_sql` returns from MariaDB."""
     silver = engine.read(silver_path(pipeline, name))
     columns = [c for c in silver.columns if not c.startswith("_cdc_")]
-    silver = silver.select(*columns).orderBy(key)
+    keys = [k.strip() for k in key.split(",")]  # "a, b": a composite key
+    silver = silver.select(*columns).orderBy(*keys)
     schema = silver.schema
-    expected = engine.spark.createDataFrame(source_rows(mariadb, source_sql), schema).orderBy(key)
+    expected = engine.spark.createDataFrame(source_rows(mariadb, source_sql), schema) \
+        .orderBy(*keys)
     assert_df_equality(silver, expected, ignore_nullable=True)

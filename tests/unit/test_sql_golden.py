@@ -93,6 +93,17 @@ def test_the_statements_query_is_the_reviewed_sql():
     assert text == path.read_text()
 
 
+def test_the_cascade_queries_are_the_reviewed_sql():
+    text = render("cascade_parent_changes", key="`id`",
+                  bronze_changes="delta.`/lake/bronze/_changes/shop.parent`") + \
+        render("cascade_silver_rows", columns="`id`, `parent_id`",
+               silver="delta.`/lake/silver/child` VERSION AS OF 7")
+    path = GOLDEN / "cascades.sql"
+    if os.environ.get("CDC_SQL_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
 def test_every_template_is_in_a_golden_file():
     texts = "".join(p.read_text() for p in GOLDEN.glob("*.sql"))
     first_lines = {name: template(name).splitlines()[0] for name in TEMPLATES}

@@ -1,0 +1,112 @@
+"""Foreign-key cascades reach silver: InnoDB's ON DELETE/UPDATE CASCADE and SET NULL change
+child rows without a binlog event; cdc-sql applies them at the parent change's offset."""
+import random
+import threading
+
+import pymysql
+import pytest
+
+from cdc_sql.source.preflight import inspect_source
+from tests.integration.helpers import assert_silver_equals, history_path, run
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = [
+    "CREATE TABLE parent (id INT PRIMARY KEY, name VARCHAR(20))",
+    "CREATE TABLE child (id INT PRIMARY KEY, parent_id INT, other_id INT, v INT, "
+    "CONSTRAINT fk_child FOREIGN KEY (parent_id) REFERENCES parent (id) "
+    "ON DELETE CASCADE ON UPDATE CASCADE, "
+    "CONSTRAINT fk_other FOREIGN KEY (other_id) REFERENCES parent (id) "
+    "ON DELETE SET NULL ON UPDATE SET NULL)",
+    "CREATE TABLE link (parent_id INT, n INT, v INT, PRIMARY KEY (parent_id, n), "
+    "CONSTRAINT fk_link FOREIGN KEY (parent_id) REFERENCES parent (id) "
+    "ON DELETE CASCADE ON UPDATE CASCADE)",
+]
+TABLES = """
+- name: parent
+  source: {db}.parent
+- name: child
+  source: {db}.child
+  history: true
+- name: link
+  source: {db}.link
+"""
+
+
+def equal(engine, pipeline, mariadb, database):
+    assert_silver_equals(engine, pipeline, "parent", mariadb, f"SELECT * FROM {database}.parent")
+    assert_silver_equals(engine, pipeline, "child", mariadb, f"SELECT * FROM {database}.child")
+    assert_silver_equals(engine, pipeline, "link", mariadb, f"SELECT * FROM {database}.link",
+                         key="parent_id, n")
+
+
+def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make_pipeline):
+    mariadb.execute(*SCHEMA,
+                    "INSERT INTO parent SELECT seq, CONCAT('p', seq) FROM seq_1_to_20",
+                    "INSERT INTO child SELECT seq, 1 + seq % 20, 1 + (seq * 7) % 20, seq "
+                    "FROM seq_1_to_8000",
+                    "INSERT INTO link SELECT 1 + seq % 20, seq, seq FROM seq_1_to_400",
+                    db=database)
+    pipeline = make_pipeline(TABLES.format(db=database))
+    assert not [w for w in inspect_source(pipeline).warnings if "foreign key" in w]
+    run(pipeline, engine)
+    mariadb.execute("UPDATE parent SET id = 100 WHERE id = 1",   # 400 child rows, link keys
+                    "DELETE FROM parent WHERE id = 2",           # cascade and SET NULL
+                    "UPDATE child SET v = -1 WHERE parent_id = 100 AND id < 100",  # own change
+                    "UPDATE parent SET id = 101 WHERE id = 100",  # the same rows again
+                    "UPDATE parent SET name = 'renamed' WHERE id = 3",  # no key change
+                    db=database)
+    run(pipeline, engine)
+    equal(engine, pipeline, mariadb, database)
+    versions = engine.read(history_path(pipeline, "child")).where("id = 20").orderBy(
+        "_cdc_valid_from").select("parent_id", "v", "_cdc_current").collect()
+    assert [tuple(r) for r in versions] == [(1, 20, False), (100, 20, False), (100, -1, False),
+                                            (101, -1, True)]
+
+
+def test_a_writer_with_cascades_during_snapshot_and_binlog(mariadb, database, engine,
+                                                          make_pipeline):
+    mariadb.execute(*SCHEMA,
+                    "INSERT INTO parent SELECT seq, 'p' FROM seq_1_to_300",
+                    "INSERT INTO child SELECT seq, 1 + seq % 300, 1 + (seq * 7) % 300, seq "
+                    "FROM seq_1_to_30000",
+                    "INSERT INTO link SELECT 1 + seq % 300, seq, seq FROM seq_1_to_3000",
+                    db=database)
+    pipeline = make_pipeline(TABLES.format(db=database), chunk_size=2000)
+    stop, rng, done = threading.Event(), random.Random(5), []
+
+    def write():
+        with mariadb.connect(database) as conn, conn.cursor() as cur:
+            next_key = 1000
+            while not stop.is_set():
+                parent = rng.randint(1, next_key)
+                try:
+                    choice = rng.random()
+                    if choice < 0.3:
+                        next_key += 1
+                        cur.execute("UPDATE parent SET id = %s WHERE id = %s", (next_key, parent))
+                    elif choice < 0.5:
+                        cur.execute("DELETE FROM parent WHERE id = %s", (parent,))
+                    elif choice < 0.7:
+                        next_key += 1
+                        cur.execute("INSERT INTO parent VALUES (%s, 'new')", (next_key,))
+                        cur.execute("INSERT INTO child SELECT MAX(id) + 1, %s, NULL, 0 "
+                                    "FROM child", (next_key,))
+                    else:
+                        cur.execute("UPDATE child SET v = v + 1, other_id = %s WHERE id = %s",
+                                    (parent, rng.randint(1, 30000)))
+                    done.append(choice)
+                except pymysql.err.IntegrityError:
+                    pass  # a parent that is gone
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(3):
+            run(pipeline, engine)
+    finally:
+        stop.set()
+        writer.join()
+    assert len(done) > 50
+    run(pipeline, engine)
+    equal(engine, pipeline, mariadb, database)
