@@ -142,22 +142,21 @@ def cascade(fks: Sequence[ForeignKey], key: Sequence[str], versions: Iterable[Ve
     at the same offset: the change comes first (a snapshot row at its watermark holds it)."""
     timeline = sorted([(c.offset, 0, c) for c in changes] + [(v.offset, 1, v) for v in versions],
                       key=lambda item: item[:2])
-    rows: dict[tuple, dict] = {}
+    rows = _Rows(fks, key)
     out: list[tuple[str, str, dict]] = []
     n = 0
     while n < len(timeline):
         offset, kind, item = timeline[n]
         if kind == 1:
-            row_key = tuple(item.image.get(k) for k in key)
-            if item.deleted:
-                rows.pop(row_key, None)
-            else:
-                rows[row_key] = item.image
+            row_key = rows.key_of(item.image)
+            rows.pop(row_key)
+            if not item.deleted:
+                rows.put(row_key, item.image)
             n += 1
             continue
         before: dict[tuple, dict | None] = {}
         while n < len(timeline) and timeline[n][:2] == (offset, 0):
-            _apply(timeline[n][2], fks, key, rows, before)
+            _apply(timeline[n][2], rows, before)
             n += 1
         for row_key, old in before.items():
             new = rows.get(row_key)
@@ -170,36 +169,64 @@ def cascade(fks: Sequence[ForeignKey], key: Sequence[str], versions: Iterable[Ve
     return out
 
 
-def _apply(change: ParentChange, fks: Sequence[ForeignKey], key: Sequence[str],
-           rows: dict[tuple, dict], before: dict[tuple, dict | None]) -> None:
-    for fk in fks:
+class _Rows:
+    """The child rows as of a point in the timeline, indexed by each foreign key's values."""
+
+    def __init__(self, fks: Sequence[ForeignKey], key: Sequence[str]):
+        self.fks, self.key = fks, tuple(key)
+        self.images: dict[tuple, dict] = {}
+        self.index: list[dict[tuple, set[tuple]]] = [{} for _ in fks]
+
+    def key_of(self, image: dict) -> tuple:
+        return tuple(image.get(k) for k in self.key)
+
+    def get(self, row_key: tuple) -> dict | None:
+        return self.images.get(row_key)
+
+    def put(self, row_key: tuple, image: dict) -> None:
+        self.images[row_key] = image
+        for n, fk in enumerate(self.fks):
+            values = _folded(tuple(image.get(c) for c in fk.columns), fk.folded)
+            if values is not None:
+                self.index[n].setdefault(values, set()).add(row_key)
+
+    def pop(self, row_key: tuple) -> dict | None:
+        image = self.images.pop(row_key, None)
+        if image is not None:
+            for n, fk in enumerate(self.fks):
+                values = _folded(tuple(image.get(c) for c in fk.columns), fk.folded)
+                if values is not None:
+                    self.index[n].get(values, set()).discard(row_key)
+        return image
+
+    def reached(self, n: int, parent_key: tuple) -> list[tuple]:
+        """The rows whose values of foreign key `n` reference `parent_key`."""
+        return sorted(self.index[n].get(_folded(parent_key, self.fks[n].folded), ()), key=repr)
+
+
+def _apply(change: ParentChange, rows: _Rows, before: dict[tuple, dict | None]) -> None:
+    for n, fk in enumerate(rows.fks):
         if fk.parent != change.parent:
             continue
         rule = fk.on_delete if change.new is None else fk.on_update
         if rule not in ACTIONS:
             continue
-        reached = [k for k, image in rows.items()
-                   if _equal(tuple(image.get(c) for c in fk.columns), change.old, fk.folded)]
-        for row_key in reached:
+        for row_key in rows.reached(n, change.old):
             image = rows.pop(row_key)
             before.setdefault(row_key, image)
             if rule == "CASCADE" and change.new is None:
                 continue
             values = change.new if rule == "CASCADE" else (None,) * len(fk.columns)
             image = {**image, **dict(zip(fk.columns, values))}
-            new_key = tuple(image.get(k) for k in key)
+            new_key = rows.key_of(image)
             before.setdefault(new_key, rows.get(new_key))
-            rows[new_key] = image
+            rows.put(new_key, image)
 
 
-def _equal(values: tuple, key: tuple, folded: tuple[bool, ...]) -> bool:
-    """Whether a child's foreign-key values reference a parent key: no NULL among them, each
-    equal (a case-insensitive collation ignores case and trailing spaces)."""
+def _folded(values: tuple, folded: tuple[bool, ...]) -> tuple | None:
+    """Foreign-key values as they compare (None: a NULL among them references nothing): a
+    case-insensitive collation ignores case and trailing spaces."""
     if any(v is None for v in values):
-        return False
-    for n, (value, wanted) in enumerate(zip(values, key)):
-        if folded and folded[n] and isinstance(value, str) and isinstance(wanted, str):
-            value, wanted = value.rstrip(" ").casefold(), wanted.rstrip(" ").casefold()
-        if value != wanted:
-            return False
-    return True
+        return None
+    return tuple(v.rstrip(" ").casefold() if folded and folded[n] and isinstance(v, str) else v
+                 for n, v in enumerate(values))

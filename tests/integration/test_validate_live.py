@@ -68,18 +68,29 @@ def test_retention_shorter_than_the_snapshot_warns_and_grants_are_listed(
     assert "retention" not in capsys.readouterr().err  # never purged by age: nothing to say
 
 
-def test_cascading_foreign_keys_into_captured_tables_are_warned_about(mariadb, database,
-                                                                      make_pipeline):
+def test_cascading_foreign_keys_silver_cannot_apply_are_named(mariadb, database, make_pipeline):
+    from cdc_sql.lake.silver import cascade_warnings, silver_plans
+
     mariadb.execute("CREATE TABLE parent (id INT PRIMARY KEY)",
                     "CREATE TABLE child (id INT PRIMARY KEY, parent_id INT, CONSTRAINT fk_gone "
                     "FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE)",
                     "CREATE TABLE plain (id INT PRIMARY KEY, parent_id INT, CONSTRAINT fk_plain "
                     "FOREIGN KEY (parent_id) REFERENCES parent (id))", db=database)
-    pipeline = make_pipeline(f"- name: c\n  source: {database}.child\n"
-                             f"- name: p\n  source: {database}.plain")
-    warnings = [w for w in inspect_source(pipeline).warnings if "foreign key" in w]
-    assert len(warnings) == 1, warnings
+
+    def warnings(tables: str) -> list[str]:
+        pipeline = make_pipeline(tables)
+        view = inspect_source(pipeline)
+        plans = silver_plans(pipeline, view)
+        return cascade_warnings(plans, view)
+
+    (warning,) = warnings(f"- name: c\n  source: {database}.child\n"
+                          f"- name: p\n  source: {database}.plain")
     assert f"`fk_gone` of {database}.child (ON DELETE CASCADE from {database}.parent)" in \
-        warnings[0] and "verify" in warnings[0]
-    not_captured = make_pipeline(f"- name: p\n  source: {database}.plain")
-    assert not [w for w in inspect_source(not_captured).warnings if "foreign key" in w]
+        warning and f"does not capture {database}.parent" in warning and "verify" in warning
+    assert not warnings(f"- name: p\n  source: {database}.plain")
+    assert not warnings(f"- name: c\n  source: {database}.child\n"
+                        f"- name: parent\n  source: {database}.parent")  # applied
+    (projected,) = warnings(f"- name: c\n  source: {database}.child\n"
+                            f"  projection: SELECT id FROM child\n"
+                            f"- name: parent\n  source: {database}.parent")
+    assert "is a projection or a union of shards" in projected
