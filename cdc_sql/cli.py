@@ -15,8 +15,8 @@ from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import (Facts, batch_steps, cascade_warnings, describe, silver_plans,
-                                 sources_by_table)
+from cdc_sql.lake.silver import (Facts, batch_steps, cascade_parents, cascade_warnings,
+                                 describe, silver_plans, sources_by_table)
 from cdc_sql.lake.state import State
 from cdc_sql.lock import target_lock
 from cdc_sql.ops import status
@@ -182,12 +182,16 @@ def _plan(args) -> int:
                       f"({', '.join(table.key)})")
                 for split in splits:
                     print(f"   split {split.split_id}: [{split.lower}, {split.upper})")
+            for fk in plan.cascades:
+                print(f"-- foreign key `{fk.name}` ({fk.rules()} from {fk.parent}): the rows "
+                      f"its cascades change join a batch's images")
             first = Window("", ":upto", {t.qualified: () for t in plan.sources}, first=True)
             later = Window(":after", ":upto")
+            cascaded = bool(plan.cascades)
             print("-- the first batch (the snapshot rows and the changes up to :upto):")
-            print(describe(batch_steps(lake, plan, first, Facts())))
+            print(describe(batch_steps(lake, plan, first, Facts(), cascaded)))
             print("-- every later batch (the changes in (:after, :upto]):")
-            print(describe(batch_steps(lake, plan, later, Facts())))
+            print(describe(batch_steps(lake, plan, later, Facts(), cascaded)))
     return 0
 
 
@@ -242,7 +246,8 @@ def _resnapshot(args) -> int:
     pipeline = load_pipeline(args.pipeline)
     names = _table_names(args, pipeline)
     view = preflight.inspect_source(pipeline)
-    silver, tables = resnapshot.closure(names, sources_by_table(silver_plans(pipeline, view)))
+    plans = silver_plans(pipeline, view)
+    silver, tables = resnapshot.closure(names, sources_by_table(plans), cascade_parents(plans))
     engine = _engine(args, pipeline)
     try:
         State(Lake.open(engine, str(pipeline.root))).write(*resnapshot.requests(

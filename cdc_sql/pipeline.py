@@ -26,9 +26,9 @@ from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import (SilverPlan, cascade_warnings, check_untouched, merge_window,
-                                 owned_tables, owned_versions, read_statements, silver_plans,
-                                 sources_by_table)
+from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, check_untouched,
+                                 merge_window, owned_tables, owned_versions, read_statements,
+                                 silver_plans, sources_by_table)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
 from cdc_sql.ops import metrics
@@ -249,8 +249,9 @@ class Runner:
                               f"source.on_purged_binlog: resnapshot to read the tables again "
                               f"(or run cdc-sql resnapshot), and raise the binlog retention")
         oldest = dataclasses.replace(view.first_binlog, base=saved.at.base)
-        again = resnapshot.affected_by_purge(
-            checkpoint, sources_by_table(silver_plans(self.pipeline, view)), oldest.offset.text)
+        plans = silver_plans(self.pipeline, view)
+        again = resnapshot.affected_by_purge(checkpoint, sources_by_table(plans),
+                                             oldest.offset.text, cascade_parents(plans))
         moved = self._move_capture(saved, oldest, server, cur, view.mariadb,
                                    *resnapshot.requests(again, gone, now()))
         log.warning("%s: capture goes on from %s; read again: %s", gone, oldest,

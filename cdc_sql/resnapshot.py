@@ -23,14 +23,19 @@ from cdc_sql.source.offsets import file_sequence
 from cdc_sql.source.splits import Split
 
 
-def closure(chosen: list[str], sources: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+def closure(chosen: list[str], sources: dict[str, list[str]],
+            parents: dict[str, list[str]] | None = None) -> tuple[list[str], list[str]]:
     """The silver tables and the source tables a re-snapshot of the `chosen` silver tables
     reads (`sources`: silver table -> its source tables): every source table of theirs, and
-    every other silver table reading one of those (bronze is shared, and it is emptied)."""
+    every other silver table reading one of those (bronze is shared, and it is emptied), or
+    applying the cascades of one (`parents`: silver table -> the source tables whose cascades
+    it applies; their changes before the re-snapshot are gone with their bronze)."""
     tables, found = set(chosen), set()
+    reads = {t: set(sources.get(t, [])) | set((parents or {}).get(t, []))
+             for t in {*sources, *(parents or {})}}
     while True:
         found = {s for t in tables for s in sources.get(t, [])}
-        more = {t for t, mine in sources.items() if set(mine) & found} - tables
+        more = {t for t, mine in reads.items() if mine & found} - tables
         if not more:
             return sorted(tables), sorted(found)
         tables |= more
@@ -67,35 +72,44 @@ def purged(recorded_file: str, first_file: str) -> bool:
     return file_sequence(recorded_file) < file_sequence(first_file)
 
 
-def needed_from(checkpoint: Checkpoint, sources: dict[str, list[str]]) -> dict[str, str]:
-    """Per source table, the offset after which a silver table reading it still needs its
-    binlog changes: its applied offset; its re-snapshot's start while one is under way; before
-    its first batch, its done splits' lowest watermark ("" where one is not resolved yet).
-    Source tables no silver table needs changes of yet (splits still to read) are left out."""
+def needed_from(checkpoint: Checkpoint, sources: dict[str, list[str]],
+                parents: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """Per source table, the offset after which a silver table reading it (or applying its
+    cascades, `parents`) still needs its binlog changes: its applied offset; its re-snapshot's
+    start while one is under way; before its first batch, its done splits' lowest watermark
+    ("" where one is not resolved yet). Source tables no silver table needs changes of yet
+    (splits still to read) are left out."""
     needs: dict[str, str] = {}
+
+    def need(source: str, offset: str) -> None:
+        needs[source] = min(needs.get(source, offset), offset)
+
     for silver, tables in sources.items():
         entry = checkpoint.table(silver)
+        merged = entry is not None and entry.snapshot_merged
+        marks = {t: [s.watermark or "" for s in checkpoint.splits(t) if s.done] for t in tables}
         for source in tables:
-            if entry is not None and entry.snapshot_merged:
-                need = entry.resnapshot or entry.applied
-            else:
-                marks = [s.watermark or "" for s in checkpoint.splits(source) if s.done]
-                if not marks:
-                    continue
-                need = min(marks)
-            needs[source] = min(needs.get(source, need), need)
+            if merged or marks[source]:
+                need(source, (entry.resnapshot or entry.applied) if merged
+                     else min(marks[source]))
+        lowest = [m for found in marks.values() for m in found]
+        for parent in (parents or {}).get(silver, []):
+            if merged or lowest:  # cascades from the child's lowest watermark on
+                need(parent, (entry.resnapshot or entry.applied) if merged else min(lowest))
     return needs
 
 
 def affected_by_purge(checkpoint: Checkpoint, sources: dict[str, list[str]],
-                      oldest: str) -> list[str]:
+                      oldest: str, parents: dict[str, list[str]] | None = None) -> list[str]:
     """The source tables that need changes from before `oldest` (the offset of the oldest
     binlog the server still has), with every other source table of a silver table they feed
     (a silver table is replaced as a whole): they are read again; the others carry on from the
     binlog that is left. Tables a request is already pending for are left out."""
     asked = requested(checkpoint)
-    lost = {t for t, need in needed_from(checkpoint, sources).items() if need < oldest}
-    _, again = closure([name for name, mine in sources.items() if set(mine) & lost], sources)
+    lost = {t for t, need in needed_from(checkpoint, sources, parents).items() if need < oldest}
+    hit = [name for name, mine in sources.items()
+           if set(mine) & lost or set((parents or {}).get(name, [])) & lost]
+    _, again = closure(hit, sources, parents)
     return [t for t in again if t not in asked]
 
 

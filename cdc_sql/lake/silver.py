@@ -156,6 +156,12 @@ def sources_by_table(plans: list[SilverPlan]) -> dict[str, list[str]]:
     return {plan.spec.name: [t.qualified for t in plan.sources] for plan in plans}
 
 
+def cascade_parents(plans: list[SilverPlan]) -> dict[str, list[str]]:
+    """Silver table -> the db.table names whose cascades it applies."""
+    return {plan.spec.name: sorted({fk.parent for fk in plan.cascades}) for plan in plans
+            if plan.cascades}
+
+
 def _shard_difference(first: SourceTable, other: SourceTable) -> str:
     mine, theirs = [c.name for c in first.columns], [c.name for c in other.columns]
     parts = []
@@ -335,7 +341,8 @@ def batch_steps(lake, plan: SilverPlan, window: Window, facts: Facts,
         parts.append(f"{images}_{i}_b")
     if cascaded:
         steps.append(Step(f"{images}_x: the rows foreign-key cascades changed (InnoDB's, not in "
-                          f"the binlog), worked out by cdc_sql/cascades.py", "", "cascade",
+                          f"the binlog)", "-- worked out by cdc_sql/cascades.py from the "
+                          "parents' deletes and key changes and the child's versions", "cascade",
                           f"{images}_x"))
         parts.append(f"{images}_x")
     steps.append(Step(f"{images}: every image of the batch",
@@ -539,15 +546,15 @@ def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tup
     parts = [spark.table(s.name) for s in steps if s.kind == "view"]
     silver = lake.silver_path(name)
     if not (window.first or window.replace) and lake.tables.exists(silver):
-        present = set(lake.tables.schema(silver).names)
+        ref = table_ref(silver) + ("" if silver_version is None else
+                                   f" VERSION AS OF {int(silver_version)}")
+        present = set(spark.sql(f"SELECT * FROM {ref}").columns)  # that version's columns
         schema = parts[0].schema
         columns = ", ".join(quote(f.name) if f.name in present else
                             f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}"
                             for f in schema.fields if not f.name.startswith("_cdc_") or
                             f.name in {key_text_name(k.name) for k in source.key_text_columns})
-        version = "" if silver_version is None else f" VERSION AS OF {int(silver_version)}"
-        parts.append(spark.sql(render("cascade_silver_rows", columns=columns,
-                                      silver=table_ref(silver) + version),
+        parts.append(spark.sql(render("cascade_silver_rows", columns=columns, silver=ref),
                                args={"source_table": source.qualified}))
     versions = parts[0]
     for part in parts[1:]:

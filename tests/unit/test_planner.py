@@ -75,6 +75,24 @@ def test_closure_takes_every_silver_table_sharing_a_source():
     assert resnapshot.closure(["d"], sources) == (["d"], ["db.z"])
 
 
+def test_closure_takes_the_children_a_parent_cascades_into_but_not_the_other_way():
+    sources = {"parent": ["db.p"], "child": ["db.c"], "other": ["db.o"]}
+    parents = {"child": ["db.p"]}
+    assert resnapshot.closure(["parent"], sources, parents) == \
+        (["child", "parent"], ["db.c", "db.p"])
+    assert resnapshot.closure(["child"], sources, parents) == (["child"], ["db.c"])
+
+
+def test_a_child_needs_its_parents_changes_from_its_own_applied_offset():
+    state = checkpoint(TableEntry("parent", applied=at(50), snapshot_merged=True),
+                       TableEntry("child", applied=at(20), snapshot_merged=True))
+    sources = {"parent": ["db.p"], "child": ["db.c"]}
+    parents = {"child": ["db.p"]}
+    assert resnapshot.needed_from(state, sources, parents) == {"db.p": at(20), "db.c": at(20)}
+    assert resnapshot.affected_by_purge(state, sources, at(30), parents) == ["db.c", "db.p"]
+    assert resnapshot.affected_by_purge(state, sources, at(30)) == ["db.c"]
+
+
 def test_prepared_plans_retires_marks_and_starts():
     state = checkpoint(split(0, 10), split(1, 20), split(2, 30),
                        TableEntry("t", applied=at(40), snapshot_merged=True),
