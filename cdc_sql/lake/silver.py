@@ -498,6 +498,8 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
     the rows whose foreign key holds one of those parent keys. Worked out by cascades.cascade."""
     spark, source = lake.spark, plan.sources[0]
     changes, stamps = [], {}
+    if statements is None:
+        statements = read_statements(lake)
     for parent_table in sorted({fk.parent_table for fk in plan.cascades}):
         path = lake.changes_path(*parent_table)
         if not lake.tables.exists(path):
@@ -507,10 +509,12 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
                                 key=", ".join(quote(k) for k in fk.referenced),
                                 bronze_changes=table_ref(path)),
                          args={"after": window.after, "upto": window.upto}).collect()
+        unchecked = {_event_of(offset) for db, tbl, op, offset, _, _ in statements
+                     if op == "no_fk_checks" and (db, tbl) == parent_table}
         stamps.update((row["_cdc_offset"], row["_cdc_ts"]) for row in rows)
         changes += cascades.parent_changes(fk.parent, [
             (row["_cdc_offset"], row["_cdc_op"], tuple(row[k] for k in fk.referenced))
-            for row in rows])
+            for row in rows if _event_of(row["_cdc_offset"]) not in unchecked])
     if not changes:
         return None
     versions = _child_versions(lake, plan, window, statements, silver_version)
@@ -528,6 +532,12 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
     log.info("silver %s: %d rows changed by foreign-key cascades in (%s, %s]", plan.spec.name,
              len(out), window.after, window.upto)
     return versions.schema, out
+
+
+def _event_of(offset: str) -> tuple[int, int]:
+    """The rows event an offset is a row of."""
+    parsed = Offset.parse(offset)
+    return parsed.file_seq, parsed.pos
 
 
 def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tuple] | None,

@@ -290,6 +290,8 @@ class BinlogReader:
         skip = self.skip.get((decoder.db, decoder.table))
         if skip is not None and (seq, pos) <= (skip.file_seq, skip.pos):
             return  # already in bronze
+        if header.op != "c" and header.flags & ev.NO_FOREIGN_KEY_CHECKS:
+            self._no_fk_checks(decoder, event, seq, pos)
         builder = self._builders.get(decoder)
         if builder is None:
             builder = self._builders[decoder] = self._new_builder(decoder)
@@ -302,6 +304,17 @@ class BinlogReader:
             raise SourceError(f"cannot decode a row of {decoder.qualified} at binlog "
                               f"{Position(self._file, pos, self.base)}: {exc}. "
                               f"{DECODE_ADVICE}") from None
+
+    def _no_fk_checks(self, decoder: TableDecoder, event, seq: int, pos: int) -> None:
+        """Deletes or updates written with foreign_key_checks=0: InnoDB cascaded nothing, so
+        silver must not either (cascades.py). Kept with the statements, by the event's offset."""
+        landed = self.skip.get(("", ""))  # statements bronze already holds
+        if landed is None or (seq, pos) > (landed.file_seq, landed.pos):
+            self._statements.append({
+                "offset": Offset(seq, pos, 0).text, "db": decoder.db, "tbl": decoder.table,
+                "op": "no_fk_checks", "statement": "",
+                "commit_ts": dt.datetime.fromtimestamp(event.timestamp, _UTC),
+                "gtid": self._gtid})
 
     def _new_builder(self, decoder: TableDecoder):
         needs_source = any(c.text is not None and c.text.kind == "server"

@@ -56,6 +56,11 @@ def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make
                     "UPDATE parent SET id = 101 WHERE id = 100",  # the same rows again
                     "UPDATE parent SET name = 'renamed' WHERE id = 3",  # no key change
                     db=database)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:  # InnoDB cascades nothing
+        cur.execute("SET SESSION foreign_key_checks = 0")
+        cur.execute("DELETE FROM parent WHERE id = 4")
+        cur.execute("UPDATE parent SET id = 104 WHERE id = 5")
+    assert mariadb.query(f"SELECT COUNT(*) FROM {database}.child WHERE parent_id = 4")[0][0] > 0
     run(pipeline, engine)
     equal(engine, pipeline, mariadb, database)
     versions = engine.read(history_path(pipeline, "child")).where("id = 20").orderBy(
