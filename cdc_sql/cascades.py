@@ -20,7 +20,7 @@ a parent that is not captured, a foreign key that references other columns than 
 key, a child silver table that is a projection or a shard union (its rows are not the source's),
 and cascades set off by cascades (a child that is itself a cascading parent): their rows reach
 silver through the child's own binlog changes only. Changes made with `foreign_key_checks=0`
-cascade nothing in InnoDB, and cdc-sql cannot tell them apart: run `verify` after such work.
+cascade nothing in InnoDB: capture marks their rows events, and they are left out here.
 """
 from __future__ import annotations
 

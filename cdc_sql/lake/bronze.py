@@ -8,7 +8,8 @@
   image silver needs: the after-image, the before-image of a delete), with `_cdc_offset`,
   `_cdc_op`, `_cdc_ts`, `_cdc_gtid`. Columns are added as the source gains them (a mergeSchema
   append) and widened with it; a column dropped in the source stays, NULL from then on.
-- `bronze/_binlog`: the DDL and TRUNCATE statements of the captured tables, by offset.
+- `bronze/_binlog`: the DDL and TRUNCATE statements of the captured tables, by offset, and a
+  mark (`no_fk_checks`) for each delete or update rows event written with foreign_key_checks=0.
 
 Capture writes each batch as one commit per table it touched, then records its position in
 state. Rows beyond the recorded position are invisible to silver (its windows end there); a run
