@@ -207,6 +207,13 @@ def change(cur) -> None:
         "UPDATE no_key SET b = 'changed' WHERE a = 1",
         "DELETE FROM big_key WHERE v = 0 AND id = 1",
         "UPDATE big_key SET v = -1 WHERE id = 18446744073709551614",
+        # foreign-key cascades, which InnoDB carries out without a binlog event
+        "UPDATE country SET country_id = 900 WHERE country_id = 1",    # city: ON UPDATE CASCADE
+        "UPDATE city SET city_id = 800 WHERE city_id = 2",             # address
+        "UPDATE actor SET actor_id = 9000 WHERE actor_id = 2",         # film_actor's key
+        "DELETE FROM actor WHERE actor_id = 101",                      # film_actor: ON DELETE
+        "DELETE FROM rental WHERE rental_id = 1",                      # payment: SET NULL
+        "UPDATE language SET language_id = 200 WHERE language_id = 102",  # film
         *[f"UPDATE {quoted(name)} SET id = id + 100, `odd col` = 'moved' WHERE id = 1"
           for name in ODD_TABLES],
     ]:

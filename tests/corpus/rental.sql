@@ -1,6 +1,7 @@
 -- A rental-store database (written for cdc-sql's tests, in the shape of the classic sample
--- databases): foreign keys, a trigger-maintained table, SET and ENUM columns with capitals,
--- YEAR, TEXT, geometry, composite and multi-column unique keys, ON UPDATE CURRENT_TIMESTAMP.
+-- databases): foreign keys with ON UPDATE/DELETE CASCADE and SET NULL, a trigger-maintained
+-- table, SET and ENUM columns with capitals, YEAR, TEXT, geometry, composite and multi-column
+-- unique keys, ON UPDATE CURRENT_TIMESTAMP.
 CREATE TABLE language (
   language_id TINYINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
   name CHAR(20) NOT NULL,
@@ -15,7 +16,7 @@ CREATE TABLE city (
   city VARCHAR(50) NOT NULL,
   country_id SMALLINT UNSIGNED NOT NULL,
   CONSTRAINT fk_city_country FOREIGN KEY (country_id) REFERENCES country (country_id)
-    ON DELETE RESTRICT ON UPDATE RESTRICT
+    ON DELETE RESTRICT ON UPDATE CASCADE
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 CREATE TABLE address (
   address_id SMALLINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -27,6 +28,7 @@ CREATE TABLE address (
   location GEOMETRY NOT NULL,
   last_update TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
   CONSTRAINT fk_address_city FOREIGN KEY (city_id) REFERENCES city (city_id)
+    ON DELETE RESTRICT ON UPDATE CASCADE
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 CREATE TABLE film (
   film_id SMALLINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -43,7 +45,7 @@ CREATE TABLE film (
   last_update TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
   KEY idx_title (title),
   CONSTRAINT fk_film_language FOREIGN KEY (language_id) REFERENCES language (language_id)
-    ON DELETE RESTRICT ON UPDATE RESTRICT
+    ON DELETE RESTRICT ON UPDATE CASCADE
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 CREATE TABLE film_text (
   film_id SMALLINT NOT NULL PRIMARY KEY,
@@ -68,7 +70,8 @@ CREATE TABLE film_actor (
   film_id SMALLINT UNSIGNED NOT NULL,
   last_update TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
   PRIMARY KEY (actor_id, film_id),
-  CONSTRAINT fk_film_actor_actor FOREIGN KEY (actor_id) REFERENCES actor (actor_id),
+  CONSTRAINT fk_film_actor_actor FOREIGN KEY (actor_id) REFERENCES actor (actor_id)
+    ON DELETE CASCADE ON UPDATE CASCADE,
   CONSTRAINT fk_film_actor_film FOREIGN KEY (film_id) REFERENCES film (film_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 CREATE TABLE customer (
@@ -102,7 +105,8 @@ CREATE TABLE payment (
   amount DECIMAL(5,2) NOT NULL,
   payment_date DATETIME NOT NULL,
   last_update TIMESTAMP DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-  CONSTRAINT fk_payment_rental FOREIGN KEY (rental_id) REFERENCES rental (rental_id),
+  CONSTRAINT fk_payment_rental FOREIGN KEY (rental_id) REFERENCES rental (rental_id)
+    ON DELETE SET NULL ON UPDATE CASCADE,
   CONSTRAINT fk_payment_customer FOREIGN KEY (customer_id) REFERENCES customer (customer_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 CREATE TABLE staff (
