@@ -1,9 +1,10 @@
 """The real-world corpus (tests/corpus): a rental-store schema with cascading foreign keys and
 triggers, every charset and collation the server ships, zero dates in keys of every temporal
-type, odd table and database names, ZEROFILL, FLOAT(M,D), BIGINT UNSIGNED keys at their maximum, MariaDB's
-INET4/INET6/UUID, a table without a key and a declared one. Loaded before the snapshot and
-again after it, then changed (boundary values, NULLs, key changes, deletes, one transaction over
-every table); silver must equal MariaDB value by value, and `verify` must agree."""
+type, odd table and database names, ZEROFILL, FLOAT(M,D), BIGINT UNSIGNED keys at their
+maximum, MariaDB's INET4/INET6/UUID, a table without a key and a declared one. Loaded before
+the snapshot and again after it, then changed (boundary values, NULLs, key changes, deletes,
+cascades, one transaction over every table); silver must equal MariaDB value by value, and
+`verify` must agree."""
 import pytest
 
 from cdc_sql.ops.verify import compare_table, verify_table
