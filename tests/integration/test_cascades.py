@@ -1,11 +1,16 @@
 """Foreign-key cascades reach silver: InnoDB's ON DELETE/UPDATE CASCADE and SET NULL change
 child rows without a binlog event; cdc-sql applies them at the parent change's offset."""
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 
 import pymysql
 import pytest
 
+from cdc_sql.cli import main
 from cdc_sql.source.preflight import inspect_source
 from tests.integration.helpers import assert_silver_equals, history_path, run
 
@@ -40,7 +45,8 @@ def equal(engine, pipeline, mariadb, database):
                          key="parent_id, n")
 
 
-def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make_pipeline):
+def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make_pipeline,
+                                                 monkeypatch, capsys):
     mariadb.execute(*SCHEMA,
                     "INSERT INTO parent SELECT seq, CONCAT('p', seq) FROM seq_1_to_20",
                     "INSERT INTO child SELECT seq, 1 + seq % 20, 1 + (seq * 7) % 20, seq "
@@ -49,6 +55,11 @@ def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make
                     db=database)
     pipeline = make_pipeline(TABLES.format(db=database))
     assert not [w for w in inspect_source(pipeline).warnings if "foreign key" in w]
+    monkeypatch.setenv("TEST_MYSQL_PASSWORD", "cdc-secret")
+    assert main(["plan", pipeline.file]) == 0
+    shown = capsys.readouterr().out
+    assert "foreign key `fk_child` (ON UPDATE CASCADE, ON DELETE CASCADE from" in shown
+    assert "cdc_images_child_x: the rows foreign-key cascades changed" in shown
     run(pipeline, engine)
     mariadb.execute("UPDATE parent SET id = 100 WHERE id = 1",   # 400 child rows, link keys
                     "DELETE FROM parent WHERE id = 2",           # cascade and SET NULL
@@ -115,3 +126,32 @@ def test_a_writer_with_cascades_during_snapshot_and_binlog(mariadb, database, en
     assert len(done) > 50
     run(pipeline, engine)
     equal(engine, pipeline, mariadb, database)
+
+
+@pytest.mark.parametrize("point", ["silver.merged", "history.staged", "state.committed"])
+def test_a_kill_after_the_merge_replays_the_same_cascades(mariadb, database, engine,
+                                                          make_pipeline, point):
+    """Killed between the child's MERGE and its state commit, the next run replays the window:
+    it works out the cascades again from silver as of the recorded version, not as merged."""
+    mariadb.execute(*SCHEMA,
+                    "INSERT INTO parent SELECT seq, 'p' FROM seq_1_to_10",
+                    "INSERT INTO child SELECT seq, 1 + seq % 10, 1 + seq % 7, seq "
+                    "FROM seq_1_to_200",
+                    "INSERT INTO link SELECT 1 + seq % 10, seq, seq FROM seq_1_to_50",
+                    db=database)
+    pipeline = make_pipeline(TABLES.format(db=database))
+    run(pipeline, engine)
+    mariadb.execute("UPDATE parent SET id = 50 WHERE id = 1", "DELETE FROM parent WHERE id = 2",
+                    "UPDATE child SET v = -v WHERE parent_id = 50 AND id < 50",
+                    "UPDATE parent SET id = 51 WHERE id = 50", db=database)
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret", "CDC_SQL_KILL_AT": point}
+    killed = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file,
+                             "--until-caught-up"], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    mariadb.execute("DELETE FROM parent WHERE id = 51", db=database)  # and more after it
+    run(pipeline, engine)
+    equal(engine, pipeline, mariadb, database)
+    history = engine.read(history_path(pipeline, "child")).where("id = 10").orderBy(
+        "_cdc_valid_from").select("parent_id", "v", "_cdc_current").collect()
+    assert [tuple(r) for r in history] == [(1, 10, False), (50, 10, False), (50, -10, False),
+                                           (51, -10, False)]
