@@ -148,7 +148,7 @@ def cascade_warnings(plans: list[SilverPlan], view) -> list[str]:
 def _cascades(plans: list[SilverPlan], view):
     captured = {t.qualified: t.key for plan in plans for t in plan.sources}
     as_is = {plan.sources[0].qualified for plan in plans if plan.as_is}
-    return cascades.assign(getattr(view, "foreign_keys", ()), captured, as_is)
+    return cascades.assign(view.foreign_keys, captured, as_is)
 
 
 def sources_by_table(plans: list[SilverPlan]) -> dict[str, list[str]]:
@@ -590,7 +590,6 @@ def _reached(spark, plan: SilverPlan, versions, changes):
         fields = [StructField(f"_cdc_v{i}", versions.schema[c].dataType)
                   for i, c in enumerate(fk.columns)]
         wanted = spark.createDataFrame(sorted(values, key=repr), StructType(fields))
-
         matches = []
         for i, column in enumerate(fk.columns):
             left, right = versions[column], wanted[f"_cdc_v{i}"]
@@ -600,7 +599,7 @@ def _reached(spark, plan: SilverPlan, versions, changes):
         found = versions.join(wanted, reduce(lambda a, b: a & b, matches), "left_semi") \
             .select(*key)
         hits = found if hits is None else hits.union(found)
-    return versions.join(hits.distinct(), key, "left_semi")
+    return versions.limit(0) if hits is None else versions.join(hits.distinct(), key, "left_semi")
 
 
 def _references(step: Step, name: str) -> bool:
