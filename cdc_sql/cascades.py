@@ -15,12 +15,15 @@ offset (docs/architecture.md, "Cascades"):
 - a child row changed after the cascade already carries the cascaded value in its image, so its
   own change wins, as it must; a snapshot row read after the cascade wins over it the same way.
 
+Cascades set off by cascades (orders deleted with their customer delete their items) follow:
+the keys a cascade deleted or changed (`Outcome.moves`) are parent changes for the tables the
+child cascades into, which merge in the same group, after it (`chains`).
+
 Not applied (and `validate` says so, naming the constraint): `SET DEFAULT` (InnoDB rejects it),
 a parent that is not captured, a foreign key that references other columns than the parent's
-key, a child silver table that is a projection or a shard union (its rows are not the source's),
-and cascades set off by cascades (a child that is itself a cascading parent): their rows reach
-silver through the child's own binlog changes only. Changes made with `foreign_key_checks=0`
-cascade nothing in InnoDB: capture marks their rows events, and they are left out here.
+key, a child silver table that is a projection or a shard union (its rows are not the source's).
+Changes made with `foreign_key_checks=0` cascade nothing in InnoDB: capture marks their rows
+events, and they are left out here.
 """
 from __future__ import annotations
 
@@ -84,24 +87,60 @@ def assign(fks: Iterable[ForeignKey], captured: dict[str, tuple[str, ...]],
     key), and a warning for each one that is not, or only in part. `captured`: every captured
     source table (db.table) and its key; `as_is`: those whose silver is their rows unchanged."""
     fks = [fk for fk in fks if fk.cascading and fk.child in captured]
-    cascaded_into = {fk.child for fk in fks}
     applied: dict[str, list[ForeignKey]] = {}
-    warnings = []
+    warnings, missed = [], set()  # missed: tables some cascades into are not applied
     for fk in fks:
-        label = f"foreign key `{fk.name}` of {fk.child} ({fk.rules()} from {fk.parent})"
         why = unapplied(fk, captured.get(fk.parent), fk.child in as_is)
         if why:
-            warnings.append(f"{label}: InnoDB applies it without a binlog event, and cdc-sql "
-                            f"cannot apply it to silver: {why}. Silver of {fk.child} keeps the "
-                            f"rows it changes: run `cdc-sql verify` on that table, or change "
-                            f"child rows explicitly (docs/types.md, Limits)")
-            continue
-        applied.setdefault(fk.child, []).append(fk.aligned(captured[fk.parent]))
-        if fk.parent in cascaded_into:
-            warnings.append(f"{label}: applied to silver, except where a cascade into "
-                            f"{fk.parent} sets it off (nested cascades are not applied): run "
+            missed.add(fk.child)
+            warnings.append(f"{_label(fk)}: InnoDB applies it without a binlog event, and "
+                            f"cdc-sql cannot apply it to silver: {why}. Silver of {fk.child} "
+                            f"keeps the rows it changes: run `cdc-sql verify` on that table, or "
+                            f"change child rows explicitly (docs/types.md, Limits)")
+        else:
+            applied.setdefault(fk.child, []).append(fk.aligned(captured[fk.parent]))
+    for fk in (f for found in applied.values() for f in found):
+        if fk.parent in missed or fk.parent == fk.child:
+            warnings.append(f"{_label(fk)}: applied to silver, except where a cascade into "
+                            f"{fk.parent} that silver cannot apply sets it off: run "
                             f"`cdc-sql verify` on {fk.child} after such changes")
     return {child: tuple(found) for child, found in applied.items()}, warnings
+
+
+def _label(fk: ForeignKey) -> str:
+    return f"foreign key `{fk.name}` of {fk.child} ({fk.rules()} from {fk.parent})"
+
+
+def chains(applied: dict[str, tuple[ForeignKey, ...]]) -> list[list[str]]:
+    """Tables whose cascades set off cascades, grouped with the tables they cascade into, each
+    group parents first: a group merges its windows together, in that order, each table's
+    cascade moves passed on to its children (`applied`: per child, its applied foreign keys).
+    Tables on a cycle of foreign keys are left out."""
+    edges = {(fk.parent, child) for child, fks in applied.items() for fk in fks
+             if fk.parent in applied and fk.parent != child}
+    nodes = sorted({n for edge in edges for n in edge})
+    group = {n: n for n in nodes}
+
+    def root(n: str) -> str:
+        while group[n] != n:
+            n = group[n]
+        return n
+
+    for parent, child in edges:
+        group[root(child)] = root(parent)
+    order, incoming = [], {n: {p for p, c in edges if c == n} for n in nodes}
+    ready = sorted(n for n in nodes if not incoming[n])
+    while ready:
+        n = ready.pop(0)
+        order.append(n)
+        for c in sorted(c for p, c in edges if p == n):
+            incoming[c].discard(n)
+            if not incoming[c]:
+                ready.append(c)
+    found: dict[str, list[str]] = {}
+    for n in order:
+        found.setdefault(root(n), []).append(n)
+    return [members for members in found.values() if len(members) > 1]
 
 
 @dataclass(frozen=True)
@@ -112,6 +151,7 @@ class ParentChange:
     parent: str
     old: tuple
     new: tuple | None
+    ts: object = None  # the commit time of the change that set it off
 
 
 def parent_changes(parent: str, rows: Iterable[tuple[str, str, tuple]]) -> list[ParentChange]:
@@ -134,16 +174,30 @@ class Version:
     deleted: bool = False
 
 
+@dataclass
+class Outcome:
+    """What parent changes cascaded into: the child's change rows (offset, op c/u/d, image), and
+    its keys deleted or changed (as parent changes, for the tables the child cascades into)."""
+
+    rows: list[tuple[str, str, dict]]
+    moves: list[tuple[str, tuple, tuple | None]]  # offset, old key, new key (None: deleted)
+
+    def as_parent(self, child: str) -> list[ParentChange]:
+        return [ParentChange(offset, child, old, new) for offset, old, new in self.moves]
+
+
 def cascade(fks: Sequence[ForeignKey], key: Sequence[str], versions: Iterable[Version],
-            changes: Iterable[ParentChange]) -> list[tuple[str, str, dict]]:
-    """The child change rows (offset, op c/u/d, image) the parent changes cascade into, given the
-    child's own versions (silver's rows or snapshot rows, and its binlog changes). `fks`: the
-    child's foreign keys, each aligned with its parent's key. A parent change and a child version
-    at the same offset: the change comes first (a snapshot row at its watermark holds it)."""
+            changes: Iterable[ParentChange]) -> Outcome:
+    """The child change rows the parent changes cascade into, given the child's own versions
+    (silver's rows or snapshot rows, and its binlog changes). `fks`: the child's foreign keys,
+    each aligned with its parent's key. A parent change and a child version at the same offset:
+    the change comes first (a snapshot row at its watermark holds it). Parent changes at one
+    offset apply in the order given."""
     timeline = sorted([(c.offset, 0, c) for c in changes] + [(v.offset, 1, v) for v in versions],
                       key=lambda item: item[:2])
     rows = _Rows(fks, key)
     out: list[tuple[str, str, dict]] = []
+    moves: list[tuple[str, tuple, tuple | None]] = []
     n = 0
     while n < len(timeline):
         offset, kind, item = timeline[n]
@@ -156,7 +210,7 @@ def cascade(fks: Sequence[ForeignKey], key: Sequence[str], versions: Iterable[Ve
             continue
         before: dict[tuple, dict | None] = {}
         while n < len(timeline) and timeline[n][:2] == (offset, 0):
-            _apply(timeline[n][2], rows, before)
+            _apply(timeline[n][2], rows, before, moves)
             n += 1
         for row_key, old in before.items():
             new = rows.get(row_key)
@@ -166,7 +220,7 @@ def cascade(fks: Sequence[ForeignKey], key: Sequence[str], versions: Iterable[Ve
                 out.append((offset, "d", old))
             elif old != new:
                 out.append((offset, "u", new))
-    return out
+    return Outcome(out, moves)
 
 
 class _Rows:
@@ -204,7 +258,8 @@ class _Rows:
         return sorted(self.index[n].get(_folded(parent_key, self.fks[n].folded), ()), key=repr)
 
 
-def _apply(change: ParentChange, rows: _Rows, before: dict[tuple, dict | None]) -> None:
+def _apply(change: ParentChange, rows: _Rows, before: dict[tuple, dict | None],
+           moves: list[tuple[str, tuple, tuple | None]]) -> None:
     for n, fk in enumerate(rows.fks):
         if fk.parent != change.parent:
             continue
@@ -215,12 +270,15 @@ def _apply(change: ParentChange, rows: _Rows, before: dict[tuple, dict | None]) 
             image = rows.pop(row_key)
             before.setdefault(row_key, image)
             if rule == "CASCADE" and change.new is None:
+                moves.append((change.offset, row_key, None))
                 continue
             values = change.new if rule == "CASCADE" else (None,) * len(fk.columns)
             image = {**image, **dict(zip(fk.columns, values))}
             new_key = rows.key_of(image)
             before.setdefault(new_key, rows.get(new_key))
             rows.put(new_key, image)
+            if new_key != row_key:
+                moves.append((change.offset, row_key, new_key))
 
 
 def _folded(values: tuple, folded: tuple[bool, ...]) -> tuple | None:

@@ -26,9 +26,9 @@ from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, check_untouched,
-                                 merge_window, owned_tables, owned_versions, read_statements,
-                                 silver_plans, sources_by_table)
+from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, chained,
+                                 check_untouched, merge_window, owned_tables, owned_versions,
+                                 read_statements, silver_plans, sources_by_table)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
 from cdc_sql.ops import metrics
@@ -446,33 +446,70 @@ class Runner:
 
     # -- phase 4: silver ------------------------------------------------------------------------
     def merge(self, plans: list[SilverPlan], checkpoint: Checkpoint) -> list[str]:
-        """Merge each silver table's next window, `target.parallelism` tables at once; returns
-        the tables that moved."""
+        """Merge each silver table's next window, `target.parallelism` tables at once (a group
+        of tables whose cascades set off cascades as one); returns the tables that moved."""
         workers = max(1, min(self.pipeline.target.parallelism, len(plans)))
         statements = read_statements(self.lake)
+        groups = [] if self.pipeline.source.startup == "snapshot-only" else chained(plans)
+        grouped = {plan.spec.name for group in groups for plan in group}
         with ThreadPoolExecutor(workers, "merge") as pool:
-            entries = self._record_as_done([
-                pool.submit(self._merge_table, plan, checkpoint, statements) for plan in plans])
+            entries = self._record_as_done(
+                [pool.submit(self._merge_chain, group, checkpoint, statements)
+                 for group in groups] +
+                [pool.submit(self._merge_table, plan, checkpoint, statements) for plan in plans
+                 if plan.spec.name not in grouped])
         return [e.table for e in entries]
 
     def _merge_table(self, plan: SilverPlan, checkpoint: Checkpoint,
                      statements: list[tuple]) -> list[TableEntry]:
         """One table's window into silver; returns its state entry (none without a window)."""
-        started = time.monotonic()
-        capture = checkpoint.capture
+        window = self._window(plan, checkpoint, idle=True)
+        return [] if window is None else [self._merged(plan, checkpoint, window, statements)[0]]
+
+    def _merge_chain(self, group: list[SilverPlan], checkpoint: Checkpoint,
+                     statements: list[tuple]) -> list[TableEntry]:
+        """Tables whose cascades set off cascades, parents first, in one window: each passes the
+        keys its cascades deleted or changed on to the next. Their state entries commit
+        together, so they share P and a replay works the same cascades out again. Tables that
+        do not share P (added later, say) merge on their own once, and are warned about."""
+        windows = [self._window(plan, checkpoint, idle=False) for plan in group]
+        ready = [(p, w) for p, w in zip(group, windows) if w is not None]
+        starts = {w.after for _, w in ready}
+        if len(starts) > 1:
+            log.warning("silver %s: their windows start apart, so cascades set off by cascades "
+                        "are not applied between them this once: run `cdc-sql verify` on them",
+                        ", ".join(p.spec.name for p, _ in ready))
+            return [self._merged(p, checkpoint, w, statements)[0] for p, w in ready]
+        if len(ready) < len(group) or len({w.upto for _, w in ready}) > 1:
+            return []  # one of them must wait: they all do
+        entries, moves = [], []
+        for plan, window in ready:
+            entry, mine = self._merged(plan, checkpoint, window, statements, moves)
+            entries.append(entry)
+            moves += mine
+        return entries
+
+    def _window(self, plan: SilverPlan, checkpoint: Checkpoint, idle: bool):
+        """The table's next window (planner.py); None when it must wait."""
         entry = checkpoint.table(plan.spec.name)
         if entry is not None:  # every run, changes or not: silver must hold only what we wrote
             check_untouched(self.lake, plan.spec, entry)
         splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
-        window = next_window(entry, splits, capture,
-                             snapshot_only=self.pipeline.source.startup == "snapshot-only",
-                             history=plan.spec.history,
-                             idle=entry is not None and self._idle(plan, entry.applied))
-        if window is None:
-            return []
+        return next_window(entry, splits, checkpoint.capture,
+                           snapshot_only=self.pipeline.source.startup == "snapshot-only",
+                           history=plan.spec.history,
+                           idle=idle and entry is not None and self._idle(plan, entry.applied))
+
+    def _merged(self, plan: SilverPlan, checkpoint: Checkpoint, window, statements: list[tuple],
+                cascading: list = ()) -> tuple[TableEntry, list]:
+        """The window into silver: the table's state entry, and the keys its cascades deleted
+        or changed."""
+        started = time.monotonic()
+        capture, entry = checkpoint.capture, checkpoint.table(plan.spec.name)
+        moves = []
         if not window.idle:
-            merge_window(self.lake, plan, window, statements,
-                         entry.silver_version if entry is not None else None)
+            moves = merge_window(self.lake, plan, window, statements,
+                                 entry.silver_version if entry is not None else None, cascading)
         if window.first or window.replace:  # a whole snapshot went in: one key range per file
             for path in owned_tables(self.lake, plan.spec).values():
                 cluster_if_mixed(self.lake, path, list(plan.key))
@@ -481,10 +518,10 @@ class Runner:
                              "seconds": round(time.monotonic() - started, 3)})
         self._register(plan)
         log.info("silver %s: merged up to %s", plan.spec.name, window.upto)
-        return [TableEntry(table=plan.spec.name, applied=window.upto, snapshot_merged=True,
-                           source_time=source_time, key=list(plan.key),
-                           sources=[t.qualified for t in plan.sources],
-                           **owned_versions(self.lake, plan.spec))]
+        return TableEntry(table=plan.spec.name, applied=window.upto, snapshot_merged=True,
+                          source_time=source_time, key=list(plan.key),
+                          sources=[t.qualified for t in plan.sources],
+                          **owned_versions(self.lake, plan.spec)), moves
 
     def _register(self, plan: SilverPlan) -> None:
         target = self.pipeline.target

@@ -156,6 +156,17 @@ def sources_by_table(plans: list[SilverPlan]) -> dict[str, list[str]]:
     return {plan.spec.name: [t.qualified for t in plan.sources] for plan in plans}
 
 
+def chained(plans: list[SilverPlan]) -> list[list[SilverPlan]]:
+    """Groups of tables whose cascades set off cascades, parents first (cascades.chains)."""
+    by_source: dict[str, list[SilverPlan]] = {}
+    for plan in plans:
+        if plan.cascades:
+            by_source.setdefault(plan.sources[0].qualified, []).append(plan)
+    applied = {source: found[0].cascades for source, found in by_source.items()}
+    return [[plan for source in chain for plan in by_source[source]]
+            for chain in cascades.chains(applied)]
+
+
 def cascade_parents(plans: list[SilverPlan]) -> dict[str, list[str]]:
     """Silver table -> the db.table names whose cascades it applies."""
     return {plan.spec.name: sorted({fk.parent for fk in plan.cascades}) for plan in plans
@@ -425,15 +436,18 @@ def describe(steps: list[Step]) -> str:
 
 # -- carrying out a window ---------------------------------------------------------------------
 def merge_window(lake, plan: SilverPlan, window: Window,
-                 statements: list[tuple] | None = None, silver_version: int | None = None) -> None:
+                 statements: list[tuple] | None = None, silver_version: int | None = None,
+                 cascading: list[cascades.ParentChange] = ()) -> list[cascades.ParentChange]:
     """The first batch (silver created from the snapshot rows; with history, history begins
     once silver is past every split's read) or an ordinary one. `silver_version`: silver's
-    version state recorded with the window's start (where cascades start from)."""
-    cascaded = cascade_rows(lake, plan, window, statements, silver_version) \
-        if plan.cascades else None
+    version state recorded with the window's start (where cascades start from); `cascading`:
+    keys of parents that cascades deleted or changed in the window. Returns this table's own
+    such keys (for the tables it cascades into)."""
+    cascaded, moves = cascade_rows(lake, plan, window, statements, silver_version, cascading) \
+        if plan.cascades else (None, [])
     if not window.first or not plan.spec.history:
         run_batch(lake, plan, window, statements, cascaded)
-        return
+        return moves
     start = window.history_start or window.upto
     if not lake.tables.exists(lake.history_path(plan.spec.name)):  # else a rerun: past it
         silver_only = replace(plan, spec=replace(plan.spec, history=False))
@@ -442,6 +456,7 @@ def merge_window(lake, plan: SilverPlan, window: Window,
         _start_history(lake, plan)
     if start < window.upto:
         run_batch(lake, plan, Window(start, window.upto), statements, cascaded)
+    return moves
 
 
 def run_batch(lake, plan: SilverPlan, window: Window, statements: list[tuple] | None = None,
@@ -490,14 +505,20 @@ def run_batch(lake, plan: SilverPlan, window: Window, statements: list[tuple] | 
 
 # -- foreign-key cascades ------------------------------------------------------------------------
 def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple] | None,
-                 silver_version: int | None) -> tuple | None:
+                 silver_version: int | None, cascading: list[cascades.ParentChange] = ()
+                 ) -> tuple[tuple | None, list[cascades.ParentChange]]:
     """The child rows the foreign-key cascades of the window changed, as images of the batch:
-    (Spark schema, rows), or None when no parent deleted or changed a key. Read: each parent's
-    deletes and key changes; the child's versions that may be reached (silver's rows at
-    `silver_version`, or the snapshot rows in a first batch; and the window's own changes) of
-    the rows whose foreign key holds one of those parent keys. Worked out by cascades.cascade."""
+    (Spark schema, rows), or None when no parent deleted or changed a key; and the child keys
+    the cascades deleted or changed. Read: each parent's deletes and key changes (with
+    `cascading`, those cascades made); the child's versions that may be reached (silver's rows
+    at `silver_version`, or the snapshot rows in a first batch; and the window's own changes)
+    of the rows whose foreign key holds one of those parent keys. Worked out by
+    cascades.cascade."""
     spark, source = lake.spark, plan.sources[0]
-    changes, stamps = [], {}
+    parents = {fk.parent for fk in plan.cascades}
+    changes = [c for c in cascading
+               if c.parent in parents and window.after < c.offset <= window.upto]
+    stamps = {c.offset: c.ts for c in changes}
     if statements is None:
         statements = read_statements(lake)
     for parent_table in sorted({fk.parent_table for fk in plan.cascades}):
@@ -516,7 +537,8 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
             (row["_cdc_offset"], row["_cdc_op"], tuple(row[k] for k in fk.referenced))
             for row in rows if _event_of(row["_cdc_offset"]) not in unchecked])
     if not changes:
-        return None
+        return None, []
+    changes.sort(key=lambda c: c.offset)  # stable: a cascade's moves keep their order
     versions = _child_versions(lake, plan, window, statements, silver_version)
     columns = [c for c in versions.columns if not c.startswith("_cdc_") or
                c in {key_text_name(k.name) for k in source.key_text_columns}]
@@ -524,14 +546,16 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
     found = [cascades.Version(row["_cdc_offset"], {c: row[c] for c in columns},
                               row["_cdc_deleted"]) for row in reached]
     out = []
-    for offset, op, image in cascades.cascade(plan.cascades, plan.key, found, changes):
+    outcome = cascades.cascade(plan.cascades, plan.key, found, changes)
+    for offset, op, image in outcome.rows:
         meta = {"_cdc_offset": offset, "_cdc_op": op, "_cdc_ts": stamps.get(offset),
                 "_cdc_source_table": source.qualified, "_cdc_deleted": op == "d",
                 "_cdc_attempt": None}
         out.append(tuple({**image, **meta}[c] for c in versions.columns))
     log.info("silver %s: %d rows changed by foreign-key cascades in (%s, %s]", plan.spec.name,
              len(out), window.after, window.upto)
-    return versions.schema, out
+    return (versions.schema, out), [replace(c, ts=stamps.get(c.offset))
+                                    for c in outcome.as_parent(source.qualified)]
 
 
 def _event_of(offset: str) -> tuple[int, int]:

@@ -155,3 +155,66 @@ def test_a_kill_after_the_merge_replays_the_same_cascades(mariadb, database, eng
         "_cdc_valid_from").select("parent_id", "v", "_cdc_current").collect()
     assert [tuple(r) for r in history] == [(1, 10, False), (50, 10, False), (50, -10, False),
                                            (51, -10, False)]
+
+
+NESTED = [
+    "CREATE TABLE customer (id INT PRIMARY KEY, name VARCHAR(20))",
+    "CREATE TABLE orders (customer_id INT, order_no INT, total INT, "
+    "PRIMARY KEY (customer_id, order_no), KEY by_no (order_no, customer_id), "
+    "CONSTRAINT fk_orders FOREIGN KEY (customer_id) "
+    "REFERENCES customer (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+    "CREATE TABLE item (customer_id INT, order_no INT, n INT, qty INT, "
+    "PRIMARY KEY (customer_id, order_no, n), CONSTRAINT fk_item FOREIGN KEY "
+    "(customer_id, order_no) REFERENCES orders (customer_id, order_no) "
+    "ON DELETE CASCADE ON UPDATE CASCADE)",
+    "CREATE TABLE note (id INT PRIMARY KEY, customer_id INT, order_no INT, body VARCHAR(20), "
+    "CONSTRAINT fk_note FOREIGN KEY (order_no, customer_id) REFERENCES orders "
+    "(order_no, customer_id) ON DELETE SET NULL ON UPDATE CASCADE)",
+]
+NESTED_TABLES = """
+- name: customer
+  source: {db}.customer
+- name: orders
+  source: {db}.orders
+- name: item
+  source: {db}.item
+  history: true
+- name: note
+  source: {db}.note
+"""
+
+
+def nested_equal(engine, pipeline, mariadb, database):
+    for name, key in (("customer", "id"), ("orders", "customer_id, order_no"),
+                      ("item", "customer_id, order_no, n"), ("note", "id")):
+        assert_silver_equals(engine, pipeline, name, mariadb, f"SELECT * FROM {database}.{name}",
+                             key=key)
+
+
+def test_cascades_set_off_by_cascades_reach_the_grandchildren(mariadb, database, engine,
+                                                               make_pipeline):
+    mariadb.execute(*NESTED,
+                    "INSERT INTO customer SELECT seq, 'c' FROM seq_1_to_10",
+                    "INSERT INTO orders SELECT 1 + seq % 10, seq, seq FROM seq_1_to_100",
+                    "INSERT INTO item SELECT 1 + seq % 10, seq, 1, seq FROM seq_1_to_100",
+                    "INSERT INTO item SELECT 1 + seq % 10, seq, 2, seq FROM seq_1_to_100",
+                    "INSERT INTO note SELECT seq, 1 + seq % 10, seq, 'n' FROM seq_1_to_100",
+                    db=database)
+    pipeline = make_pipeline(NESTED_TABLES.format(db=database))
+    from cdc_sql.lake.silver import cascade_warnings, silver_plans
+
+    view = inspect_source(pipeline)
+    assert not cascade_warnings(silver_plans(pipeline, view), view)
+    run(pipeline, engine)
+    mariadb.execute("UPDATE customer SET id = 100 WHERE id = 1",   # orders, items re-keyed
+                    "DELETE FROM customer WHERE id = 2",           # orders, items go; notes NULL
+                    "UPDATE item SET qty = -1 WHERE customer_id = 100",
+                    "UPDATE customer SET id = 101 WHERE id = 100",  # again, after own changes
+                    "DELETE FROM orders WHERE customer_id = 3 AND order_no = 2",  # one level
+                    db=database)
+    run(pipeline, engine)
+    nested_equal(engine, pipeline, mariadb, database)
+    history = engine.read(history_path(pipeline, "item")).where("order_no = 10 AND n = 1") \
+        .orderBy("_cdc_valid_from").select("customer_id", "qty", "_cdc_current").collect()
+    assert [tuple(r) for r in history] == [(1, 10, False), (100, 10, False), (100, -1, False),
+                                           (101, -1, True)]

@@ -146,7 +146,7 @@ def test_from_silver_at_any_window_start(history, data):
     base = [(off(start), "r", row) for row in states[start].values()]
     own = child_changes(db, off(start))
     versions = [Version(o, image, op == "d") for o, op, image in base + own]
-    cascaded = cascade(db.fks, db.key, versions, events(db, off(start)))
+    cascaded = cascade(db.fks, db.key, versions, events(db, off(start))).rows
     assert silver(base + own + cascaded, db.key) == db.child
 
 
@@ -161,7 +161,7 @@ def test_from_a_snapshot_read_at_watermarks_per_split(history, data):
             for k, row in states[mark].items() if k[0] % 2 == parity]
     own = child_changes(db, off(0))
     versions = [Version(o, image, op == "d") for o, op, image in base + own]
-    cascaded = cascade(db.fks, db.key, versions, events(db, off(0)))
+    cascaded = cascade(db.fks, db.key, versions, events(db, off(0))).rows
     assert silver(base + own + cascaded, db.key) == db.child
 
 
@@ -170,7 +170,9 @@ def test_a_key_change_cascades_into_the_child_key_and_a_delete_removes_it():
     versions = [Version(off(1), {"p": 1, "n": 0, "v": "a"}), Version(off(1), {"p": 2, "n": 0})]
     changes = parent_changes("db.p", [(off(5), "d", (1,)), (off(5), "c", (7,)),
                                       (off(6), "d", (2,))])
-    assert cascade([fk], ("p", "n"), versions, changes) == [
+    outcome = cascade([fk], ("p", "n"), versions, changes)
+    assert outcome.moves == [(off(5), (1, 0), (7, 0)), (off(6), (2, 0), None)]
+    assert outcome.rows == [
         (off(5), "d", {"p": 1, "n": 0, "v": "a"}), (off(5), "c", {"p": 7, "n": 0, "v": "a"}),
         (off(6), "d", {"p": 2, "n": 0})]
 
@@ -180,4 +182,5 @@ def test_case_insensitive_keys_match_as_the_collation_does():
                     folded=(True,))
     versions = [Version(off(1), {"id": 1, "code": "abc "}), Version(off(1), {"id": 2, "code": "x"})]
     changes = parent_changes("db.p", [(off(3), "d", ("ABC",))])
-    assert cascade([fk], ("id",), versions, changes) == [(off(3), "u", {"id": 1, "code": None})]
+    outcome = cascade([fk], ("id",), versions, changes)
+    assert outcome.rows == [(off(3), "u", {"id": 1, "code": None})] and outcome.moves == []
