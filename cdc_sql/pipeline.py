@@ -28,7 +28,8 @@ from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, chained,
                                  check_untouched, merge_window, owned_tables, owned_versions,
-                                 read_statements, silver_plans, sources_by_table)
+                                 read_statements, silver_plans, snapshot_levels,
+                                 sources_by_table)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
 from cdc_sql.ops import metrics
@@ -331,12 +332,19 @@ class Runner:
         tables.each(prepare, pending_tables)
         pending = [(table, group) for table in pending_tables for group in group_splits(
             unfinished[table.qualified], sizes[table.qualified], source.parallelism)]
-        if not pending:
-            return 0
-        if source.snapshot_runner == "spark":
+        levels = snapshot_levels(silver_plans(self.pipeline, view))  # cascades set off cascades
+        rows = 0
+        for level in sorted({levels.get(table.qualified, 0) for table, _ in pending}):
+            rows += self._read_pending(view, [(table, group) for table, group in pending
+                                              if levels.get(table.qualified, 0) == level])
+        return rows
+
+    def _read_pending(self, view: SourceView,
+                      pending: list[tuple[SourceTable, list[Split]]]) -> int:
+        if self.pipeline.source.snapshot_runner == "spark":
             return self._land_as_spark_tasks(view, pending)
         progress = Progress("snapshot", sum(len(group) for _, group in pending))
-        with ThreadPoolExecutor(source.parallelism, "split") as pool:
+        with ThreadPoolExecutor(self.pipeline.source.parallelism, "split") as pool:
             futures = [pool.submit(self._read_splits, view, table, group, progress)
                        for table, group in pending]
             self.lake.engine.prepare()  # while the readers wait on the source

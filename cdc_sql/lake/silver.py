@@ -167,6 +167,20 @@ def chained(plans: list[SilverPlan]) -> list[list[SilverPlan]]:
             for chain in cascades.chains(applied)]
 
 
+def snapshot_levels(plans: list[SilverPlan]) -> dict[str, int]:
+    """Per source table of a chain (`chained`), how many chain tables cascade into it before
+    it. A table's splits are read only once those of the levels before it are done: every
+    watermark of a table then comes after those of the tables it gets cascade moves from, so a
+    cascade between them is in the child's snapshot rows or after them, never lost between."""
+    levels: dict[str, int] = {}
+    for group in chained(plans):
+        for plan in group:
+            source = plan.sources[0].qualified
+            levels[source] = max([levels[fk.parent] + 1 for fk in plan.cascades
+                                  if fk.parent in levels] + [levels.get(source, 0)])
+    return levels
+
+
 def cascade_parents(plans: list[SilverPlan]) -> dict[str, list[str]]:
     """Silver table -> the db.table names whose cascades it applies."""
     return {plan.spec.name: sorted({fk.parent for fk in plan.cascades}) for plan in plans

@@ -218,3 +218,53 @@ def test_cascades_set_off_by_cascades_reach_the_grandchildren(mariadb, database,
         .orderBy("_cdc_valid_from").select("customer_id", "qty", "_cdc_current").collect()
     assert [tuple(r) for r in history] == [(1, 10, False), (100, 10, False), (100, -1, False),
                                            (101, -1, True)]
+
+
+def test_a_writer_with_nested_cascades_during_snapshot_and_binlog(mariadb, database, engine,
+                                                                  make_pipeline):
+    mariadb.execute(*NESTED,
+                    "INSERT INTO customer SELECT seq, 'c' FROM seq_1_to_400",
+                    "INSERT INTO orders SELECT 1 + seq % 400, seq, seq FROM seq_1_to_8000",
+                    "INSERT INTO item SELECT 1 + seq % 400, seq, 1, seq FROM seq_1_to_8000",
+                    "INSERT INTO item SELECT 1 + seq % 400, seq, 2, seq FROM seq_1_to_8000",
+                    "INSERT INTO note SELECT seq, 1 + seq % 400, seq, 'n' FROM seq_1_to_8000",
+                    db=database)
+    pipeline = make_pipeline(NESTED_TABLES.format(db=database), chunk_size=1000)
+    stop, rng, done = threading.Event(), random.Random(11), []
+
+    def write():
+        with mariadb.connect(database) as conn, conn.cursor() as cur:
+            next_key = 1000
+            while not stop.is_set():
+                customer = rng.randint(1, next_key)
+                choice = rng.random()
+                try:
+                    if choice < 0.35:
+                        next_key += 1
+                        cur.execute("UPDATE customer SET id = %s WHERE id = %s",
+                                    (next_key, customer))
+                    elif choice < 0.6:
+                        cur.execute("DELETE FROM customer WHERE id = %s", (customer,))
+                    elif choice < 0.8:
+                        cur.execute("UPDATE item SET qty = qty + 1 WHERE customer_id = %s",
+                                    (customer,))
+                    else:
+                        next_key += 1
+                        cur.execute("INSERT INTO customer VALUES (%s, 'new')", (next_key,))
+                        cur.execute("INSERT INTO orders VALUES (%s, 1, 0)", (next_key,))
+                        cur.execute("INSERT INTO item VALUES (%s, 1, 1, 0)", (next_key,))
+                    done.append(choice)
+                except pymysql.err.IntegrityError:
+                    pass
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(3):
+            run(pipeline, engine)
+    finally:
+        stop.set()
+        writer.join()
+    assert len(done) > 50
+    run(pipeline, engine)
+    nested_equal(engine, pipeline, mariadb, database)
