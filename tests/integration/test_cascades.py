@@ -184,6 +184,18 @@ NESTED_TABLES = """
 """
 
 
+GRANDCHILDREN_FIRST = """
+- name: item
+  source: {db}.item
+- name: note
+  source: {db}.note
+- name: orders
+  source: {db}.orders
+- name: customer
+  source: {db}.customer
+"""
+
+
 def nested_equal(engine, pipeline, mariadb, database):
     for name, key in (("customer", "id"), ("orders", "customer_id, order_no"),
                       ("item", "customer_id, order_no, n"), ("note", "id")):
@@ -229,7 +241,8 @@ def test_a_writer_with_nested_cascades_during_snapshot_and_binlog(mariadb, datab
                     "INSERT INTO item SELECT 1 + seq % 400, seq, 2, seq FROM seq_1_to_8000",
                     "INSERT INTO note SELECT seq, 1 + seq % 400, seq, 'n' FROM seq_1_to_8000",
                     db=database)
-    pipeline = make_pipeline(NESTED_TABLES.format(db=database), chunk_size=1000)
+    # the grandchildren first: without levels, their splits would be read before the orders'
+    pipeline = make_pipeline(GRANDCHILDREN_FIRST.format(db=database), chunk_size=1000)
     stop, rng, done = threading.Event(), random.Random(11), []
 
     def write():
