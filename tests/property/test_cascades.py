@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from cdc_sql.cascades import ForeignKey, Version, cascade, parent_changes
+from cdc_sql.cascades import ForeignKey, Version, cascade, chains, parent_changes
 
 RULES = ("CASCADE", "SET NULL", "RESTRICT")
 
@@ -184,3 +184,14 @@ def test_case_insensitive_keys_match_as_the_collation_does():
     changes = parent_changes("db.p", [(off(3), "d", ("ABC",))])
     outcome = cascade([fk], ("id",), versions, changes)
     assert outcome.rows == [(off(3), "u", {"id": 1, "code": None})] and outcome.moves == []
+
+
+def test_chains_group_the_tables_whose_cascades_set_off_cascades_parents_first():
+    def fk(child: str, parent: str) -> ForeignKey:
+        return ForeignKey(f"fk_{child}", child, ("p",), parent, ("id",), "CASCADE", "CASCADE")
+
+    applied = {"db.orders": (fk("db.orders", "db.customer"),),
+               "db.item": (fk("db.item", "db.orders"),), "db.note": (fk("db.note", "db.orders"),),
+               "db.other": (fk("db.other", "db.customer"),), "db.self": (fk("db.self", "db.self"),),
+               "db.a": (fk("db.a", "db.b"),), "db.b": (fk("db.b", "db.a"),)}
+    assert chains(applied) == [["db.orders", "db.item", "db.note"]]  # no self, no cycle
