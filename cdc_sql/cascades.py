@@ -100,7 +100,7 @@ def assign(fks: Iterable[ForeignKey], captured: dict[str, tuple[str, ...]],
         else:
             applied.setdefault(fk.child, []).append(fk.aligned(captured[fk.parent]))
     for fk in (f for found in applied.values() for f in found):
-        if fk.parent in missed or fk.parent == fk.child:
+        if fk.parent in missed:
             warnings.append(f"{_label(fk)}: applied to silver, except where a cascade into "
                             f"{fk.parent} that silver cannot apply sets it off: run "
                             f"`cdc-sql verify` on {fk.child} after such changes")
@@ -187,12 +187,13 @@ class Outcome:
 
 
 def cascade(fks: Sequence[ForeignKey], key: Sequence[str], versions: Iterable[Version],
-            changes: Iterable[ParentChange]) -> Outcome:
+            changes: Iterable[ParentChange], table: str = "") -> Outcome:
     """The child change rows the parent changes cascade into, given the child's own versions
     (silver's rows or snapshot rows, and its binlog changes). `fks`: the child's foreign keys,
-    each aligned with its parent's key. A parent change and a child version at the same offset:
-    the change comes first (a snapshot row at its watermark holds it). Parent changes at one
-    offset apply in the order given."""
+    each aligned with its parent's key; `table`: the child's own name, for foreign keys that
+    reference it (a row's delete cascades through its subtree, depth first, as InnoDB does). A
+    parent change and a child version at the same offset: the change comes first (a snapshot
+    row at its watermark holds it). Parent changes at one offset apply in the order given."""
     timeline = sorted([(c.offset, 0, c) for c in changes] + [(v.offset, 1, v) for v in versions],
                       key=lambda item: item[:2])
     rows = _Rows(fks, key)
@@ -210,7 +211,7 @@ def cascade(fks: Sequence[ForeignKey], key: Sequence[str], versions: Iterable[Ve
             continue
         before: dict[tuple, dict | None] = {}
         while n < len(timeline) and timeline[n][:2] == (offset, 0):
-            _apply(timeline[n][2], rows, before, moves)
+            _apply(timeline[n][2], rows, before, moves, table)
             n += 1
         for row_key, old in before.items():
             new = rows.get(row_key)
@@ -259,7 +260,7 @@ class _Rows:
 
 
 def _apply(change: ParentChange, rows: _Rows, before: dict[tuple, dict | None],
-           moves: list[tuple[str, tuple, tuple | None]]) -> None:
+           moves: list[tuple[str, tuple, tuple | None]], table: str) -> None:
     for n, fk in enumerate(rows.fks):
         if fk.parent != change.parent:
             continue
@@ -268,17 +269,22 @@ def _apply(change: ParentChange, rows: _Rows, before: dict[tuple, dict | None],
             continue
         for row_key in rows.reached(n, change.old):
             image = rows.pop(row_key)
+            if image is None:
+                continue  # gone already, down a self reference
             before.setdefault(row_key, image)
-            if rule == "CASCADE" and change.new is None:
-                moves.append((change.offset, row_key, None))
-                continue
-            values = change.new if rule == "CASCADE" else (None,) * len(fk.columns)
-            image = {**image, **dict(zip(fk.columns, values))}
-            new_key = rows.key_of(image)
-            before.setdefault(new_key, rows.get(new_key))
-            rows.put(new_key, image)
-            if new_key != row_key:
-                moves.append((change.offset, row_key, new_key))
+            new_key = None
+            if rule != "CASCADE" or change.new is not None:
+                values = change.new if rule == "CASCADE" else (None,) * len(fk.columns)
+                image = {**image, **dict(zip(fk.columns, values))}
+                new_key = rows.key_of(image)
+                before.setdefault(new_key, rows.get(new_key))
+                rows.put(new_key, image)
+                if new_key == row_key:
+                    continue
+            moves.append((change.offset, row_key, new_key))
+            if table and any(f.parent == table for f in rows.fks):
+                _apply(ParentChange(change.offset, table, row_key, new_key), rows, before,
+                       moves, table)
 
 
 def _folded(values: tuple, folded: tuple[bool, ...]) -> tuple | None:

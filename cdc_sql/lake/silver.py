@@ -560,7 +560,7 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
     found = [cascades.Version(row["_cdc_offset"], {c: row[c] for c in columns},
                               row["_cdc_deleted"]) for row in reached]
     out = []
-    outcome = cascades.cascade(plan.cascades, plan.key, found, changes)
+    outcome = cascades.cascade(plan.cascades, plan.key, found, changes, source.qualified)
     for offset, op, image in outcome.rows:
         meta = {"_cdc_offset": offset, "_cdc_op": op, "_cdc_ts": stamps.get(offset),
                 "_cdc_source_table": source.qualified, "_cdc_deleted": op == "d",
@@ -612,32 +612,49 @@ def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tup
 
 def _reached(spark, plan: SilverPlan, versions, changes):
     """The versions of the child rows whose foreign key, in any version, holds a key the parent
-    changes name (old or new): the rows a cascade may reach, with all their versions."""
+    changes name (old or new): the rows a cascade may reach, with all their versions. Through a
+    foreign key to the table itself, the rows below those too, level by level."""
+    from pyspark.sql.types import StructType
+
+    key = list(plan.key)
+    table = plan.sources[0].qualified
+    wanted = [{c.old for c in changes if c.parent == fk.parent} |
+              {c.new for c in changes if c.parent == fk.parent and c.new is not None}
+              for fk in plan.cascades]
+    found: set[tuple] = set()
+    while any(wanted):
+        new = {tuple(row) for row in _holding(spark, plan, versions, wanted).collect()} - found
+        found |= new
+        wanted = [new if fk.parent == table else set() for fk in plan.cascades]
+    keys = spark.createDataFrame(sorted(found, key=repr),
+                                 StructType([versions.schema[k] for k in key]))
+    return versions.join(keys, key, "left_semi")
+
+
+def _holding(spark, plan: SilverPlan, versions, wanted: list[set[tuple]]):
+    """The keys of the versions whose foreign key `n` holds one of `wanted[n]`."""
     from functools import reduce
 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    key = list(plan.key)
     hits = None
-    for fk in plan.cascades:
-        values = {c.old for c in changes if c.parent == fk.parent} | \
-            {c.new for c in changes if c.parent == fk.parent and c.new is not None}
+    for fk, values in zip(plan.cascades, wanted):
         if not values:
             continue
         fields = [StructField(f"_cdc_v{i}", versions.schema[c].dataType)
                   for i, c in enumerate(fk.columns)]
-        wanted = spark.createDataFrame(sorted(values, key=repr), StructType(fields))
+        given = spark.createDataFrame(sorted(values, key=repr), StructType(fields))
         matches = []
         for i, column in enumerate(fk.columns):
-            left, right = versions[column], wanted[f"_cdc_v{i}"]
+            left, right = versions[column], given[f"_cdc_v{i}"]
             if fk.folded[i] and isinstance(fields[i].dataType, StringType):
                 left, right = F.lower(F.rtrim(left)), F.lower(F.rtrim(right))
             matches.append(left == right)
-        found = versions.join(wanted, reduce(lambda a, b: a & b, matches), "left_semi") \
-            .select(*key)
+        found = versions.join(given, reduce(lambda a, b: a & b, matches), "left_semi") \
+            .select(*plan.key)
         hits = found if hits is None else hits.union(found)
-    return versions.limit(0) if hits is None else versions.join(hits.distinct(), key, "left_semi")
+    return hits.distinct()
 
 
 def _references(step: Step, name: str) -> bool:

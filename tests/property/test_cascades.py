@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from cdc_sql.cascades import ForeignKey, Version, cascade, chains, parent_changes
+from cdc_sql.cascades import (ForeignKey, ParentChange, Version, cascade, chains,
+                              parent_changes)
 
 RULES = ("CASCADE", "SET NULL", "RESTRICT")
 
@@ -195,3 +196,18 @@ def test_chains_group_the_tables_whose_cascades_set_off_cascades_parents_first()
                "db.other": (fk("db.other", "db.customer"),), "db.self": (fk("db.self", "db.self"),),
                "db.a": (fk("db.a", "db.b"),), "db.b": (fk("db.b", "db.a"),)}
     assert chains(applied) == [["db.orders", "db.item", "db.note"]]  # no self, no cycle
+
+
+def test_a_self_reference_cascades_through_the_subtree():
+    """employee(id, boss) ON DELETE CASCADE: a boss's delete takes the whole subtree; an
+    ON UPDATE SET NULL reference only the rows that pointed at the changed key."""
+    boss = ForeignKey("fk_boss", "db.e", ("boss",), "db.e", ("id",), "SET NULL", "CASCADE")
+    tree = [Version(off(1), {"id": i, "boss": b}) for i, b in
+            [(1, None), (2, 1), (3, 2), (4, 3), (5, 1), (6, None)]]
+    outcome = cascade([boss], ("id",), tree, [ParentChange(off(5), "db.e", (1,), None)], "db.e")
+    # 1 itself goes by its own binlog change; its subtree by the cascade, depth first
+    assert [image["id"] for _, op, image in outcome.rows if op == "d"] == [2, 3, 4, 5]
+    assert [old for _, (old,), _ in outcome.moves] == [2, 3, 4, 5]
+    renamed = cascade([boss], ("id",), tree, [ParentChange(off(5), "db.e", (2,), (20,))],
+                      "db.e")
+    assert renamed.rows == [(off(5), "u", {"id": 3, "boss": None})]
