@@ -529,6 +529,7 @@ class Runner:
         return TableEntry(table=plan.spec.name, applied=window.upto, snapshot_merged=True,
                           source_time=source_time, key=list(plan.key),
                           sources=[t.qualified for t in plan.sources],
+                          cascade_parents=sorted({fk.parent for fk in plan.cascades}),
                           **owned_versions(self.lake, plan.spec)), moves
 
     def _register(self, plan: SilverPlan) -> None:

@@ -116,6 +116,7 @@ class TableEntry(Entry):
     source_time: str | None = None
     key: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)  # the db.table names it reads
+    cascade_parents: list[str] = field(default_factory=list)  # ... and whose cascades it applies
     silver_version: int | None = None
     history_version: int | None = None
     # A re-snapshot is under way: the offset after which the new silver reads binlog changes

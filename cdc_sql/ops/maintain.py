@@ -1,8 +1,9 @@
 """`cdc-sql maintain`: prune bronze that silver no longer needs, compact and vacuum every table.
 
 Pruned: bronze change rows of a source table at or before the lowest applied offset of the
-silver tables it feeds, DDL statements at or before the lowest applied offset of all, and
-snapshot rows of tables whose silver holds its snapshot, in every case only rows older than
+silver tables it feeds (or whose foreign-key cascades it sets off), DDL statements at or
+before the lowest applied offset of all, and snapshot rows of tables whose silver holds its
+snapshot, in every case only rows older than
 `target.retention_hours` (or --retention-hours). Nothing is pruned while any table is still
 snapshotting. Then bronze, silver, staging and state are compacted and vacuumed (files no version
 within the retention needs are deleted), and the state log is rewritten to its latest entries.
@@ -43,7 +44,7 @@ def maintain(engine, pipeline, retention_hours: float | None = None,
         for source in sources:
             db, _, name = source.partition(".")
             feeding = [t.applied for spec, t in zip(pipeline.tables, tables.values())
-                       if spec.matches(db, name)]
+                       if spec.matches(db, name) or source in t.cascade_parents]
             applied = min(feeding, default=lowest)
             # change rows every silver table reading them has applied, older than the cutoff
             report["pruned"][lake.changes_path(db, name)] = _delete(

@@ -300,3 +300,28 @@ def test_a_self_reference_cascades_through_a_subtree(mariadb, database, engine, 
     run(pipeline, engine)
     assert_silver_equals(engine, pipeline, "employee", mariadb,
                          f"SELECT * FROM {database}.employee")
+
+
+def test_maintain_keeps_the_parent_changes_a_child_has_not_applied(mariadb, database, engine,
+                                                                   make_pipeline):
+    import dataclasses
+
+    from cdc_sql.lake.lake import Lake
+    from cdc_sql.lake.state import State
+    from cdc_sql.ops.maintain import maintain
+    from tests.integration.helpers import checkpoint
+
+    mariadb.execute(*SCHEMA, "INSERT INTO parent SELECT seq, 'p' FROM seq_1_to_10",
+                    "INSERT INTO child SELECT seq, 1 + seq % 10, NULL, seq FROM seq_1_to_50",
+                    db=database)
+    pipeline = make_pipeline(TABLES.format(db=database))
+    run(pipeline, engine)
+    before = checkpoint(engine, pipeline).table("child")
+    mariadb.execute("DELETE FROM parent WHERE id = 1", db=database)
+    run(pipeline, engine)
+    state = State(Lake.open(engine, str(pipeline.root)))  # the child lags behind its parent
+    state.write(dataclasses.replace(checkpoint(engine, pipeline).table("child"),
+                                    applied=before.applied, silver_version=before.silver_version))
+    maintain(engine, pipeline, retention_hours=0)
+    changes = Lake(None, str(pipeline.root), None).changes_path(database, "parent")
+    assert engine.read(changes).where("_cdc_op = 'd'").count() == 1
