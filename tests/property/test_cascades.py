@@ -211,3 +211,102 @@ def test_a_self_reference_cascades_through_the_subtree():
     renamed = cascade([boss], ("id",), tree, [ParentChange(off(5), "db.e", (2,), (20,))],
                       "db.e")
     assert renamed.rows == [(off(5), "u", {"id": 3, "boss": None})]
+
+
+class Chain:
+    """InnoDB on a(id) <- c(id, a, v) <- g(id, c, v): c.a references a.id, g.c references c.id,
+    each with its own ON DELETE rule; a delete of an `a` row can delete `c` rows, whose delete
+    then reaches `g` rows, none of it in the binlog."""
+
+    def __init__(self, c_rule: str, g_rule: str):
+        self.rules = {"c": c_rule, "g": g_rule}
+        self.a: set[int] = set()
+        self.rows: dict[str, dict[int, dict]] = {"c": {}, "g": {}}
+        self.binlog: list[tuple[str, str, str, dict]] = []
+        self.n = 0
+
+    def _log(self, table: str, op: str, image: dict) -> None:
+        self.n += 1
+        self.binlog.append((off(self.n), table, op, image))
+
+    def delete(self, table: str, key: int) -> None:
+        rows = {t: dict(r) for t, r in self.rows.items()}
+        if table == "a":
+            if key not in self.a or not self._cascade(rows, "c", "a", key):
+                return
+            self.a.discard(key)
+            self.rows = rows
+            self._log("a", "d", {"id": key})
+        elif key in rows[table]:
+            image = rows[table].pop(key)
+            if table == "c" and not self._cascade(rows, "g", "c", key):
+                return
+            self.rows = rows
+            self._log(table, "d", image)
+
+    def _cascade(self, rows: dict, child: str, column: str, key: int) -> bool:
+        """The rows of `child` referencing `key` follow their rule; False: InnoDB refuses."""
+        for k, row in sorted(rows[child].items()):
+            if row[column] != key or k not in rows[child]:
+                continue
+            rule = self.rules[child]
+            if rule == "RESTRICT":
+                return False
+            if rule == "SET NULL":
+                rows[child][k] = {**row, column: None}
+            else:
+                del rows[child][k]
+                if child == "c" and not self._cascade(rows, "g", "c", k):
+                    return False
+        return True
+
+    def write(self, table: str, key: int, ref: int | None, v: int) -> None:
+        column, parents = ("a", self.a) if table == "c" else ("c", self.rows["c"])
+        if ref is not None and ref not in parents:
+            return
+        if table == "a":
+            if key not in self.a:
+                self.a.add(key)
+                self._log("a", "c", {"id": key})
+            return
+        old = self.rows[table].get(key)
+        row = {"id": key, column: ref, "v": v}
+        self.rows[table][key] = row
+        self._log(table, "u" if old else "c", row)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(RULES), st.sampled_from(RULES), st.lists(st.one_of(
+    st.tuples(st.just("delete"), st.sampled_from("acg"), parents),
+    st.tuples(st.just("write"), st.sampled_from("acg"), parents,
+              st.one_of(st.none(), parents), st.integers(0, 2))), max_size=40), st.data())
+def test_cascades_set_off_by_cascades_from_any_window_start(c_rule, g_rule, ops, data):
+    db, states = Chain(c_rule, g_rule), [({}, {})]
+    for op in ops:
+        if op[0] == "delete":
+            db.delete(op[1], op[2])
+        else:
+            db.write(*op[1:])
+        while len(states) <= db.n:
+            states.append((dict(db.rows["c"]), dict(db.rows["g"])))
+    start = off(data.draw(st.integers(0, db.n)))
+    base = states[int(start)]
+    fk_c = ForeignKey("fk_c", "db.c", ("a",), "db.a", ("id",), "RESTRICT", c_rule)
+    fk_g = ForeignKey("fk_g", "db.g", ("c",), "db.c", ("id",), "RESTRICT", g_rule)
+
+    def own(table: str, n: int) -> list:
+        return [(start, "r", row) for row in base[n].values()] + \
+            [(o, op, image) for o, t, op, image in db.binlog if t == table and o > start]
+
+    def changes(table: str) -> list[ParentChange]:
+        return parent_changes(f"db.{table}", [(o, op, (image["id"],)) for o, t, op, image
+                                              in db.binlog if t == table and o > start])
+
+    def versions(rows: list) -> list[Version]:
+        return [Version(o, image, op == "d") for o, op, image in rows]
+
+    c = cascade([fk_c], ("id",), versions(own("c", 0)), changes("a"), "db.c")
+    assert silver(own("c", 0) + c.rows, ("id",)) == {(k,): r for k, r in db.rows["c"].items()}
+    g_changes = sorted(changes("c") + c.as_parent("db.c"), key=lambda x: x.offset)
+    g = cascade([fk_g], ("id",), versions(own("g", 1)), g_changes, "db.g")
+    assert silver(own("g", 1) + g.rows, ("id",)) == {(k,): r for k, r in db.rows["g"].items()}
