@@ -261,14 +261,14 @@ class Chain:
         return True
 
     def write(self, table: str, key: int, ref: int | None, v: int) -> None:
-        column, parents = ("a", self.a) if table == "c" else ("c", self.rows["c"])
-        if ref is not None and ref not in parents:
-            return
         if table == "a":
             if key not in self.a:
                 self.a.add(key)
                 self._log("a", "c", {"id": key})
             return
+        column, parents = ("a", self.a) if table == "c" else ("c", self.rows["c"])
+        if ref is not None and ref not in parents:
+            return  # InnoDB refuses a row without its parent
         old = self.rows[table].get(key)
         row = {"id": key, column: ref, "v": v}
         self.rows[table][key] = row
