@@ -275,11 +275,12 @@ class Chain:
         self._log(table, "u" if old else "c", row)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.sampled_from(RULES), st.sampled_from(RULES), st.lists(st.one_of(
     st.tuples(st.just("delete"), st.sampled_from("acg"), parents),
     st.tuples(st.just("write"), st.sampled_from("acg"), parents,
-              st.one_of(st.none(), parents), st.integers(0, 2))), max_size=40), st.data())
+              st.one_of(st.none(), parents), st.integers(0, 2))), min_size=8, max_size=40),
+       st.data())
 def test_cascades_set_off_by_cascades_from_any_window_start(c_rule, g_rule, ops, data):
     db, states = Chain(c_rule, g_rule), [({}, {})]
     for op in ops:
