@@ -275,24 +275,19 @@ class Chain:
         self._log(table, "u" if old else "c", row)
 
 
-chain_operations = st.lists(st.one_of(  # each kind as likely: cascades two deep happen often
-    st.tuples(st.just("write"), st.just("a"), parents, st.none(), st.just(0)),
-    st.tuples(st.just("write"), st.sampled_from("cg"), parents, parents, st.integers(0, 2)),
-    st.tuples(st.just("write"), st.sampled_from("cg"), parents, st.none(), st.integers(0, 2)),
-    st.tuples(st.just("delete"), st.just("a"), parents),
-    st.tuples(st.just("delete"), st.sampled_from("cg"), parents),
-), max_size=40)
-
-
 @settings(max_examples=600, deadline=None)
-@given(st.sampled_from(RULES), st.sampled_from(RULES), chain_operations, st.data())
-def test_cascades_set_off_by_cascades_from_any_window_start(c_rule, g_rule, ops, data):
+@given(st.sampled_from(RULES), st.sampled_from(RULES), st.randoms(use_true_random=False),
+       st.data())
+def test_cascades_set_off_by_cascades_from_any_window_start(c_rule, g_rule, rng, data):
+    """Histories drawn from a seeded generator: a shrinking strategy made two-deep cascades
+    rare (one example in fifty here)."""
     db, states = Chain(c_rule, g_rule), [({}, {})]
-    for op in ops:
-        if op[0] == "delete":
-            db.delete(op[1], op[2])
+    for _ in range(30):
+        if rng.random() < 0.3:
+            db.delete(rng.choice("acg"), rng.randint(0, 2))
         else:
-            db.write(*op[1:])
+            db.write(rng.choice("acg"), rng.randint(0, 2), rng.choice([None, 0, 1, 2]),
+                     rng.randint(0, 2))
         while len(states) <= db.n:
             states.append((dict(db.rows["c"]), dict(db.rows["g"])))
     start = off(data.draw(st.integers(0, db.n)))
