@@ -33,7 +33,7 @@ from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, 
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
 from cdc_sql.ops import metrics
-from cdc_sql.planner import next_window
+from cdc_sql.planner import chain_merge, next_window
 from cdc_sql.progress import Progress
 from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_splits
 from cdc_sql.source import failover, mysql, startup
@@ -476,26 +476,37 @@ class Runner:
 
     def _merge_chain(self, group: list[SilverPlan], checkpoint: Checkpoint,
                      statements: list[tuple]) -> list[TableEntry]:
-        """Tables whose cascades set off cascades, parents first, in one window: each passes the
+        """Tables whose cascades set off cascades, parents first, up to one U: each passes the
         keys its cascades deleted or changed on to the next. Their state entries commit
-        together, so they share P and a replay works the same cascades out again. Tables that
-        do not share P (added later, say) merge on their own once, and are warned about."""
+        together, so a replay works the same cascades out again. All wait while one of them
+        waits for its snapshot; a table whose window starts before a parent's (added later,
+        say) cannot get that parent's moves: they then merge on their own, with a warning."""
         windows = [self._window(plan, checkpoint, idle=False) for plan in group]
+        how = chain_merge([(p.sources[0].qualified, tuple(fk.parent for fk in p.cascades), w,
+                            self._caught_up(p, checkpoint)) for p, w in zip(group, windows)])
         ready = [(p, w) for p, w in zip(group, windows) if w is not None]
-        starts = {w.after for _, w in ready}
-        if len(starts) > 1:
-            log.warning("silver %s: their windows start apart, so cascades set off by cascades "
-                        "are not applied between them this once: run `cdc-sql verify` on them",
+        if how == "wait":
+            return []
+        if how == "apart":
+            log.warning("silver %s: a window starts before its parent's, so cascades set off "
+                        "by cascades are not applied to it this once: run `cdc-sql verify`",
                         ", ".join(p.spec.name for p, _ in ready))
             return [self._merged(p, checkpoint, w, statements)[0] for p, w in ready]
-        if len(ready) < len(group) or len({w.upto for _, w in ready}) > 1:
-            return []  # one of them must wait: they all do
         entries, moves = [], []
         for plan, window in ready:
             entry, mine = self._merged(plan, checkpoint, window, statements, moves)
             entries.append(entry)
             moves += mine
         return entries
+
+    @staticmethod
+    def _caught_up(plan: SilverPlan, checkpoint: Checkpoint) -> str | None:
+        """The applied offset of a table with nothing to merge; None when it waits for
+        something (a snapshot, a re-snapshot)."""
+        entry, capture = checkpoint.table(plan.spec.name), checkpoint.capture
+        caught_up = entry is not None and entry.snapshot_merged and not entry.resnapshot and \
+            capture is not None and entry.applied >= capture.offset
+        return entry.applied if caught_up else None
 
     def _window(self, plan: SilverPlan, checkpoint: Checkpoint, idle: bool):
         """The table's next window (planner.py); None when it must wait."""

@@ -85,3 +85,23 @@ def _first_window(splits: list[SplitEntry], capture: CaptureEntry | None, snapsh
     else:
         upto = capture.offset
     return Window("", upto, done_splits(splits), first=True, history_start=history_start)
+
+
+def chain_merge(members: list[tuple[str, tuple[str, ...], Window | None, str | None]]) -> str:
+    """How a group of tables whose cascades set off cascades (cascades.chains) merges this pass:
+    `wait` (one of them waits for its snapshot: all do; or none has a window), `together`
+    (parents first, each passing its moves on), or `apart` (a table's window starts before one
+    of its parents' cascade moves are known: it cannot get them). `members`: per table, its
+    source, the sources it gets cascades from, its window, and, without a window, its applied
+    offset when it is caught up (None when it waits for something)."""
+    if all(window is None for _, _, window, _ in members) or \
+            any(window is None and applied is None for _, _, window, applied in members):
+        return "wait"
+    start = {source: window.after if window else applied
+             for source, _, window, applied in members}
+    windows = [(parents, window) for _, parents, window, _ in members if window is not None]
+    if len({window.upto for _, window in windows}) > 1 or \
+            any(start.get(parent, "") > window.after for parents, window in windows
+                for parent in parents):
+        return "apart"
+    return "together"

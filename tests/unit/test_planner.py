@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 from cdc_sql import resnapshot
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, ResnapshotEntry, SplitEntry,
                                 TableEntry)
-from cdc_sql.planner import next_window
+from cdc_sql.planner import Window, chain_merge, next_window
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.splits import Split
 
@@ -127,3 +127,27 @@ def test_a_purge_rereads_only_tables_that_needed_the_purged_part():
         "db.b", "db.g", "db.m", "db.s1", "db.s2"]
     assert resnapshot.purged("binlog.000003", "binlog.000004")
     assert not resnapshot.purged("binlog.000004", "binlog.000004")
+
+
+def test_a_chain_merges_together_waits_together_or_apart_when_a_window_starts_too_early():
+    def member(source, parents, window=None, applied=None):
+        return (source, parents, window, applied)
+
+    both = [member("db.c", ("db.a",), Window(at(10), at(20))),
+            member("db.g", ("db.c",), Window(at(10), at(20)))]
+    assert chain_merge(both) == "together"
+    # a grandchild re-snapshotted since S: its parent's moves from P on cover it
+    assert chain_merge([both[0], member("db.g", ("db.c",), Window(at(15), at(20)))]) == \
+        "together"
+    # a grandchild waiting for its snapshot: its parent waits with it
+    assert chain_merge([both[0], member("db.g", ("db.c",))]) == "wait"
+    assert chain_merge([member("db.c", ("db.a",), applied=at(20)),
+                        member("db.g", ("db.c",), applied=at(20))]) == "wait"  # nothing to do
+    # the parent merged past where the grandchild starts (it was added later): apart
+    assert chain_merge([member("db.c", ("db.a",), applied=at(20)),
+                        member("db.g", ("db.c",), Window(at(5), at(20)))]) == "apart"
+    assert chain_merge([member("db.c", ("db.a",), Window(at(12), at(20))),
+                        member("db.g", ("db.c",), Window(at(10), at(20)))]) == "apart"
+    # a grandchild caught up while its parent has changes: the parent goes on
+    assert chain_merge([member("db.c", ("db.a",), Window(at(10), at(20))),
+                        member("db.g", ("db.c",), applied=at(20))]) == "together"
