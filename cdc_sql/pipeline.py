@@ -28,7 +28,7 @@ from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, chained,
                                  check_untouched, merge_window, owned_tables, owned_versions,
-                                 read_statements, silver_plans, snapshot_levels,
+                                 read_statements, read_whole, silver_plans, snapshot_levels,
                                  sources_by_table)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
@@ -321,7 +321,10 @@ class Runner:
                               if any(not s.done for s in checkpoint.splits(t.qualified))]
             for table in pending_tables:
                 sizes[table.qualified] = table_size(cur, table)[0]
-        unfinished = {t.qualified: [s.split for s in checkpoint.splits(t.qualified) if not s.done]
+        plans = silver_plans(self.pipeline, view)
+        whole = read_whole(plans)  # all splits again, in one read
+        unfinished = {t.qualified: [s.split for s in checkpoint.splits(t.qualified)
+                                    if not s.done or t.qualified in whole]
                       for t in pending_tables}
 
         def prepare(table: SourceTable) -> None:
@@ -330,9 +333,11 @@ class Runner:
                                    [s.split_id for s in unfinished[table.qualified]])
 
         tables.each(prepare, pending_tables)
-        pending = [(table, group) for table in pending_tables for group in group_splits(
-            unfinished[table.qualified], sizes[table.qualified], source.parallelism)]
-        levels = snapshot_levels(silver_plans(self.pipeline, view))  # cascades set off cascades
+        pending = [(table, group) for table in pending_tables for group in (
+            [sorted(unfinished[table.qualified], key=lambda s: s.split_id)]
+            if table.qualified in whole else
+            group_splits(unfinished[table.qualified], sizes[table.qualified], source.parallelism))]
+        levels = snapshot_levels(plans)  # cascades set off cascades: parents first
         rows = 0
         for level in sorted({levels.get(table.qualified, 0) for table, _ in pending}):
             rows += self._read_pending(view, [(table, group) for table, group in pending

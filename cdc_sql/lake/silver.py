@@ -181,6 +181,16 @@ def snapshot_levels(plans: list[SilverPlan]) -> dict[str, int]:
     return levels
 
 
+def read_whole(plans: list[SilverPlan]) -> set[str]:
+    """Source tables whose key a cascade can change (an ON UPDATE CASCADE of key columns). Their
+    splits are read in one consistent read, all again if one is unfinished: a cascade moves a
+    row from one key range to another without a binlog event, so with ranges read at different
+    watermarks the row could be in neither (moved out of a range read after the cascade, into
+    one read before it)."""
+    return {plan.sources[0].qualified for plan in plans for fk in plan.cascades
+            if fk.on_update == "CASCADE" and set(fk.columns) & set(plan.sources[0].key)}
+
+
 def cascade_parents(plans: list[SilverPlan]) -> dict[str, list[str]]:
     """Silver table -> the db.table names whose cascades it applies."""
     return {plan.spec.name: sorted({fk.parent for fk in plan.cascades}) for plan in plans
