@@ -10,7 +10,6 @@ import threading
 import pymysql
 import pytest
 
-from cdc_sql.cli import main
 from cdc_sql.source.preflight import inspect_source
 from tests.integration.helpers import assert_silver_equals, history_path, run
 
@@ -45,8 +44,7 @@ def equal(engine, pipeline, mariadb, database):
                          key="parent_id, n")
 
 
-def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make_pipeline,
-                                                 monkeypatch, capsys):
+def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make_pipeline):
     mariadb.execute(*SCHEMA,
                     "INSERT INTO parent SELECT seq, CONCAT('p', seq) FROM seq_1_to_20",
                     "INSERT INTO child SELECT seq, 1 + seq % 20, 1 + (seq * 7) % 20, seq "
@@ -55,9 +53,9 @@ def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make
                     db=database)
     pipeline = make_pipeline(TABLES.format(db=database))
     assert not [w for w in inspect_source(pipeline).warnings if "foreign key" in w]
-    monkeypatch.setenv("TEST_MYSQL_PASSWORD", "cdc-secret")
-    assert main(["plan", pipeline.file]) == 0
-    shown = capsys.readouterr().out
+    shown = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "plan", pipeline.file],
+                           env={**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"},
+                           capture_output=True, text=True, check=True).stdout
     assert "foreign key `fk_child` (ON UPDATE CASCADE, ON DELETE CASCADE from" in shown
     assert "cdc_images_child_x: the rows foreign-key cascades changed" in shown
     run(pipeline, engine)
