@@ -2,9 +2,11 @@
 silver compared with the source row by row.
 
 One run of the harness:
-- a private MariaDB with two tables (`items`: a random writer at a set transaction rate;
-  `accounts`: large transactions, bigger than a bronze batch, and long-open ones) and a
-  pipeline user whose connections can be told apart from the writer's;
+- a private MariaDB with three tables (`items`: a random writer at a set transaction rate;
+  `accounts`: large transactions, bigger than a bronze batch, and long-open ones, which also
+  delete and re-key accounts; `entries`: rows those changes reach through ON DELETE/UPDATE
+  CASCADE, without a binlog event) and a pipeline user whose connections can be told apart
+  from the writer's;
 - `cdc-sql run` in follow mode, started again and again; each time, after a random while,
   one fault: SIGKILL (at a random moment, or at a named crash point between two commits that
   belong together), MariaDB killed or shut down and started again, the pipeline's connections
@@ -129,6 +131,12 @@ class Chaos:
             "CREATE TABLE accounts (code VARCHAR(12) PRIMARY KEY, balance BIGINT, "
             "touched DATETIME(6))",
             f"INSERT INTO accounts SELECT CONCAT('a', seq), 0, NOW(6) "
+            f"FROM seq_1_to_{self.plan.accounts}",
+            # cascades InnoDB carries out without a binlog event, under every fault
+            "CREATE TABLE entries (id INT PRIMARY KEY, code VARCHAR(12), amount INT, "
+            "CONSTRAINT fk_entries FOREIGN KEY (code) REFERENCES accounts (code) "
+            "ON DELETE CASCADE ON UPDATE CASCADE)",
+            f"INSERT INTO entries SELECT seq, CONCAT('a', 1 + seq % {self.plan.accounts}), seq "
             f"FROM seq_1_to_{self.plan.accounts}", db="chaos")
         self.server.execute(
             f"CREATE USER {PIPELINE_USER}@'%' IDENTIFIED BY '{PIPELINE_PASSWORD}'",
@@ -152,6 +160,8 @@ class Chaos:
               - name: accounts
                 source: chaos.accounts
                 history: true
+              - name: entries
+                source: chaos.entries
             """))
 
     # -- faults -----------------------------------------------------------------------------
@@ -327,7 +337,8 @@ def history_difference(engine, root: str, name: str, key: str) -> str:
 
 class LargeTransactions(threading.Thread):
     """Now and then one transaction bigger than a bronze batch (every account), and one that
-    stays open for seconds while other transactions commit around it."""
+    stays open for seconds while other transactions commit around it, deleting and re-keying
+    an account (its entries follow by cascade)."""
 
     def __init__(self, server: MariaDB, accounts: int, seed: int):
         super().__init__(daemon=True)
@@ -350,6 +361,9 @@ class LargeTransactions(threading.Thread):
                             self.halt.wait(self.random.uniform(0.2, 1.0))
                         cur.execute("DELETE FROM accounts WHERE code = %s",
                                     (f"a{self.random.randint(1, self.accounts)}",))
+                        cur.execute("UPDATE accounts SET code = %s WHERE code = %s",
+                                    (f"k{self.random.randint(1, 10**6)}",
+                                     f"a{self.random.randint(1, self.accounts)}"))
                         cur.execute("INSERT IGNORE INTO accounts VALUES (%s, 0, NOW(6))",
                                     (f"b{self.random.randint(1, 10**6)}",))
                     conn.commit()
