@@ -326,3 +326,29 @@ def test_maintain_keeps_the_parent_changes_a_child_has_not_applied(mariadb, data
     maintain(engine, pipeline, retention_hours=0)
     changes = Lake(None, str(pipeline.root), None).changes_path(database, "parent")
     assert engine.read(changes).where("_cdc_op = 'd'").count() == 1
+
+
+def test_a_user_with_only_the_grants_validate_asks_for_sees_the_rules(mariadb, database, engine,
+                                                                      make_pipeline):
+    """MariaDB shows such a user no rows of information_schema.REFERENTIAL_CONSTRAINTS: the
+    rules come from SHOW CREATE TABLE (the chaos run found cascades silently not applied)."""
+    from cdc_sql.dev.mariadb import PASSWORD
+
+    user = f"least_{database}"
+    mariadb.execute(*SCHEMA, "INSERT INTO parent SELECT seq, 'p' FROM seq_1_to_10",
+                    "INSERT INTO child SELECT seq, 1 + seq % 10, 1 + seq % 9, seq "
+                    "FROM seq_1_to_100",
+                    f"CREATE USER '{user}'@'%' IDENTIFIED BY '{PASSWORD}'",
+                    f"GRANT SELECT ON `{database}`.* TO '{user}'@'%'",
+                    f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'%'", db=database)
+    try:
+        pipeline = make_pipeline(TABLES.format(db=database), user=user)
+        assert {fk.name for fk in inspect_source(pipeline).foreign_keys} == \
+            {"fk_child", "fk_other", "fk_link"}
+        run(pipeline, engine)
+        mariadb.execute("UPDATE parent SET id = 50 WHERE id = 1",
+                        "DELETE FROM parent WHERE id = 2", db=database)
+        run(pipeline, engine)
+        equal(engine, pipeline, mariadb, database)
+    finally:
+        mariadb.execute(f"DROP USER '{user}'@'%'")

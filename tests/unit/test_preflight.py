@@ -36,3 +36,20 @@ def test_grants_by_flavour_and_startup():
     mysql = [g for g, _ in needed_grants("cdc", False, "snapshot-only", ["shop"])]
     assert mysql == ["GRANT SELECT ON `shop`.* TO 'cdc'@'%'",
                      "GRANT REPLICATION CLIENT ON *.* TO 'cdc'@'%'"]
+
+
+def test_foreign_key_rules_are_read_from_show_create_table():
+    from cdc_sql.source.preflight import constraint_rules
+
+    create = """CREATE TABLE `e``x` (
+  `id` int(11) NOT NULL,
+  `code` varchar(12) DEFAULT NULL,
+  `a)b` int(11) DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  CONSTRAINT `fk_all` FOREIGN KEY (`code`) REFERENCES `accounts` (`code`) ON DELETE CASCADE ON UPDATE CASCADE,
+  CONSTRAINT `fk_null` FOREIGN KEY (`a)b`) REFERENCES `p` (`id`) ON DELETE SET NULL,
+  CONSTRAINT `odd``name` FOREIGN KEY (`id`) REFERENCES `db`.`p` (`id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"""
+    assert constraint_rules(create) == {"fk_all": ("CASCADE", "CASCADE"),
+                                        "fk_null": ("RESTRICT", "SET NULL"),
+                                        "odd`name": ("RESTRICT", "RESTRICT")}
