@@ -70,8 +70,14 @@ class Engine:
         """Sail 0.7 has no OPTIMIZE or VACUUM (delta-rs does them where it reaches the table)."""
         return self.mode != "sail"
 
-    def read(self, path: str):
-        return self.spark.read.format("delta").load(str(path))
+    def read(self, path: str, version: int | None = None):
+        """A Delta table, as of `version` if given."""
+        reader = self.spark.read.format("delta")
+        if version is None:
+            return reader.load(str(path))
+        if self.mode == "sail":
+            return _sail_version(self.spark, str(path), version)
+        return reader.option("versionAsOf", int(version)).load(str(path))
 
     def append(self, df, path: str, properties: dict | None = None) -> None:
         """Append rows; `properties` are set on the table if this write creates it."""
@@ -108,6 +114,27 @@ class Engine:
             if self._server is not None:
                 self._server.stop()
                 self._server = None
+
+
+def _sail_version(spark, path: str, version: int):
+    """A table's rows as of `version`, read from the data files delta-rs lists for it: Sail 0.7
+    fails to time-travel to a version older than the table's last checkpoint unless a checkpoint
+    sits at it or just before it ("Missing commit file: expected version 0, found N"; Sail writes
+    a checkpoint every 10 commits). Sail writes no deletion vectors, column mapping or partitions
+    into cdc-sql's tables, so those files, read with that version's schema, are the version."""
+    import json
+
+    from deltalake import DeltaTable
+    from pyspark.sql.types import StructField, StructType
+
+    table = DeltaTable(path, version=int(version))
+    schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    schema = StructType([StructField(f.name, f.dataType) for f in schema.fields])  # no metadata:
+    # Sail cannot parse a schema whose fields carry Spark's metadata key
+    files = table.file_uris()
+    if not files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*files)
 
 
 def start(mode: str = "sail", url: str = "") -> Engine:

@@ -604,15 +604,15 @@ def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tup
     parts = [spark.table(s.name) for s in steps if s.kind == "view"]
     silver = lake.silver_path(name)
     if not (window.first or window.replace) and lake.tables.exists(silver):
-        ref = table_ref(silver) + ("" if silver_version is None else
-                                   f" VERSION AS OF {int(silver_version)}")
-        present = set(spark.sql(f"SELECT * FROM {ref}").columns)  # that version's columns
+        view = f"cdc_silver_{name}_as_of"
+        lake.engine.read(silver, silver_version).createOrReplaceTempView(view)
+        present = set(spark.table(view).columns)  # that version's columns
         schema = parts[0].schema
         columns = ", ".join(quote(f.name) if f.name in present else
                             f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}"
                             for f in schema.fields if not f.name.startswith("_cdc_") or
                             f.name in {key_text_name(k.name) for k in source.key_text_columns})
-        parts.append(spark.sql(render("cascade_silver_rows", columns=columns, silver=ref),
+        parts.append(spark.sql(render("cascade_silver_rows", columns=columns, silver=quote(view)),
                                args={"source_table": source.qualified}))
     versions = parts[0]
     for part in parts[1:]:
