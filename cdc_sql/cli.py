@@ -161,7 +161,8 @@ def _validate(args) -> int:
                                               databases):
         print(f"  {grant};  -- {why}")
     with mysql.cursor(source) as cur:
-        found = mysql.variables(cur, "log_slave_updates", "gtid_strict_mode")
+        found = mysql.variables(cur, "log_slave_updates", "log_replica_updates",
+                                "gtid_strict_mode", "gtid_mode")
     print(f"failover: {failover.readiness(view.mariadb, found)}")
     print(f"{args.pipeline}: valid ({len(plans)} tables, source "
           f"{'MariaDB' if view.mariadb else 'MySQL'}, binlog at {view.end})")

@@ -36,7 +36,7 @@ from cdc_sql.ops import metrics
 from cdc_sql.planner import chain_merge, next_window
 from cdc_sql.progress import Progress
 from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_splits
-from cdc_sql.source import failover, mysql, startup
+from cdc_sql.source import binlog, failover, mysql, startup
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.preflight import SourceView, inspect_source, now
 from cdc_sql.source.schema import SourceTable
@@ -208,15 +208,17 @@ class Runner:
         if not saved.position:
             return saved, 0
         here = None  # a purged file is not another binlog: reading it says purged
-        if view.mariadb and saved.gtid and saved.server in ("", server) and \
+        if saved.gtid and saved.server in ("", server) and \
                 file_sequence(saved.at.file) >= file_sequence(view.first_binlog.file):
-            here = self._gtid_here(cur, saved.at)
+            here = self._gtid_here(view, cur, saved.at)
         self.resume = failover.decide(saved.server, saved.gtid, str(saved.at), server, here,
                                       view.mariadb)
         if not self.resume.by_gtid:
             return saved, saved.at.base
-        cur.execute("SELECT @@global.gtid_binlog_pos")
-        failover.check_not_behind(saved.gtid, str(cur.fetchone()[0] or ""), server)
+        cur.execute("SELECT @@global.gtid_binlog_pos" if view.mariadb else
+                    "SELECT @@global.gtid_executed")
+        failover.check_not_behind(saved.gtid, str(cur.fetchone()[0] or ""), server,
+                                  view.mariadb)
         base = failover.file_base(saved.at.offset, view.first_binlog.file)
         log.warning("capture resumes by GTID after %s: %s; offsets number this server's binlog "
                     "files %+d so they follow the old ones", saved.gtid, self.resume.reason, base)
@@ -233,7 +235,7 @@ class Runner:
             [Offset.parse(s.watermark) for s in checkpoint.all_splits() if s.watermark]
         base = failover.file_base(max(read), view.first_binlog.file) if read else 0
         end = dataclasses.replace(view.end, base=base)
-        moved = self._move_capture(saved, end, server, cur, view.mariadb)
+        moved = self._move_capture(saved, end, server, cur, view)
         self.resume = failover.Resume(False)
         log.warning("%s. Every table is being read again: capture starts over at %s", why, end)
         return moved, base
@@ -253,29 +255,34 @@ class Runner:
         plans = silver_plans(self.pipeline, view)
         again = resnapshot.affected_by_purge(checkpoint, sources_by_table(plans),
                                              oldest.offset.text, cascade_parents(plans))
-        moved = self._move_capture(saved, oldest, server, cur, view.mariadb,
+        moved = self._move_capture(saved, oldest, server, cur, view,
                                    *resnapshot.requests(again, gone, now()))
         log.warning("%s: capture goes on from %s; read again: %s", gone, oldest,
                     ", ".join(again) or "no table (none needed the purged part)")
         return moved
 
     def _move_capture(self, saved: CaptureEntry | None, to: Position, server: str, cur,
-                      mariadb: bool, *entries) -> CaptureEntry:
+                      view: SourceView, *entries) -> CaptureEntry:
         """Capture goes on from `to` on `server`, recorded with `entries` in one state commit;
         rows a run landed past the old position (`landing`) are deleted from bronze first."""
         if saved is not None and saved.position:
             bronze.drop_after(self.lake, [tuple(t) for t in saved.landing], saved.at.offset)
         moved = CaptureEntry(position=str(to), server=server,
-                             gtid=gtid_position(cur, to) if mariadb else "")
+                             gtid=self._gtid_here(view, cur, to, strict=True))
         self.state.write(moved, *entries)
         return moved
 
-    @staticmethod
-    def _gtid_here(cur, position: Position) -> str:
-        """The GTID position at `position` on this server ('' where it has no such place)."""
+    def _gtid_here(self, view: SourceView, cur, position: Position, strict: bool = False) -> str:
+        """The GTID position at `position` on this server: MariaDB's BINLOG_GTID_POS, MySQL's
+        executed set read from the binlog ('' without GTIDs, or, unless `strict`, where the
+        server has no such place)."""
         try:
-            return gtid_position(cur, position)
-        except pymysql.err.MySQLError:
+            if view.mariadb:
+                return gtid_position(cur, position)
+            return binlog.mysql_gtids_at(self.pipeline.source, position) if view.gtids else ""
+        except (pymysql.err.MySQLError, SourceError):
+            if strict:
+                raise
             return ""
 
     # -- phase 1: where capture starts --------------------------------------------------------
@@ -298,10 +305,8 @@ class Runner:
         log.info("capture starts at %s (startup: %s)", start, source.startup)
 
     def _gtid_at(self, view: SourceView, position: Position) -> str:
-        if not view.mariadb:
-            return ""
         with mysql.cursor(self.pipeline.source) as cur:
-            return gtid_position(cur, position)
+            return self._gtid_here(view, cur, position, strict=True)
 
     # -- phase 2: snapshot ----------------------------------------------------------------------
     def snapshot(self, view: SourceView) -> int:

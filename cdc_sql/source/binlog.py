@@ -26,7 +26,7 @@ from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import ddl, failover, mysql
 from cdc_sql.source.binlog_protocol import BinlogStream, GtidStart, StreamError
 from cdc_sql.source.charsets import Charsets, ServerConverter
-from cdc_sql.source.gtid import GtidWatermarks, MariaGtidState
+from cdc_sql.source.gtid import GtidSet, GtidWatermarks, MariaGtidState
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.rows import DecodeError, TableDecoder, table_decoder
 from cdc_sql.source.schema import SourceTable
@@ -104,7 +104,7 @@ class BinlogReader:
         self.event_position = start  # the end of the last event read
         self.source_time: str | None = None  # commit time of the transaction ending there
         self.gtid_marks = gtid_marks or GtidWatermarks({})
-        self.gtid_state = MariaGtidState.parse(gtid_state)
+        self.gtid_state = gtid_state_of(gtid_state, mariadb)
         self.in_transaction = False
         self._file = start.file
         self._maps: dict[int, TableDecoder | None] = {}
@@ -116,9 +116,10 @@ class BinlogReader:
         self._ctl = None
         self._charsets: Charsets | None = None
         self._server_converter: ServerConverter | None = None
-        self._maria_gtid: ev.Gtid | None = None
-        # By GTID (after a failover): the server finds the place and says where (an artificial
-        # GTID_LIST event); until then `position` stays `start`, the old server's last one.
+        self._txn_gtid: ev.Gtid | None = None  # the open transaction's, once it commits
+        # By GTID (after a failover): the server finds the place and says where (MariaDB: an
+        # artificial GTID_LIST event; MySQL: the PREVIOUS_GTIDS event of the file it starts
+        # in); until then `position` stays `start`, the old server's last one.
         self.by_gtid = by_gtid
         self.base = start.base if base is None else base
         self._anchored = not by_gtid
@@ -185,8 +186,9 @@ class BinlogReader:
             if not self.in_transaction:
                 self._maps.clear()  # table ids are not kept across files (a restart)
             return None
-        if t == ev.MARIADB_GTID_LIST and not self._anchored and event.log_pos and \
-                event.flags & ev.ARTIFICIAL:  # a GTID start: the boundary the server found
+        if not self._anchored and event.log_pos and (
+                t == ev.MARIADB_GTID_LIST and event.flags & ev.ARTIFICIAL or
+                t == ev.MYSQL_PREVIOUS_GTIDS):  # a GTID start: the boundary the server found
             self.position = self.event_position = Position(self._file, event.log_pos, self.base)
             self._anchored = True
         elif t == ev.TABLE_MAP:
@@ -198,7 +200,7 @@ class BinlogReader:
         elif t == ev.MARIADB_GTID:
             gtid = ev.parse_mariadb_gtid(event.body, event.server_id)
             self._begin(gtid.text, event)
-            self._maria_gtid = gtid
+            self._txn_gtid = gtid
             if gtid.standalone:
                 self.in_transaction = True  # the one statement that follows ends it
         elif t in (ev.MYSQL_GTID, ev.MYSQL_ANONYMOUS_GTID):
@@ -206,6 +208,8 @@ class BinlogReader:
             if self.gtid_marks.pending and t == ev.MYSQL_GTID:
                 self.gtid_marks.observe(gtid.text, self.position)
             self._begin(gtid.text if t == ev.MYSQL_GTID else "", event)
+            if t == ev.MYSQL_GTID:
+                self._txn_gtid = gtid
         elif t == ev.XID:
             return self._commit(event)
         elif t == ev.QUERY:
@@ -222,15 +226,15 @@ class BinlogReader:
     def _begin(self, gtid: str, event) -> None:
         self._gtid = gtid
         self.in_transaction = True
-        self._maria_gtid = None
+        self._txn_gtid = None
 
     def _commit(self, event) -> str:
         self.in_transaction = False
         self.position = self.event_position
         self.source_time = dt.datetime.fromtimestamp(event.timestamp, _UTC).isoformat()
-        if self._maria_gtid is not None:
-            self.gtid_state = self.gtid_state.advanced(self._maria_gtid)
-            self._maria_gtid = None
+        if self._txn_gtid is not None:
+            self.gtid_state = self.gtid_state.advanced(self._txn_gtid)
+            self._txn_gtid = None
         return "txn"
 
     def _query(self, event) -> str | None:
@@ -371,6 +375,59 @@ class BinlogReader:
         if self._server_converter is None:
             self._server_converter = ServerConverter(self._cursor)
         return self._server_converter
+
+
+class NoGtids:
+    """The GTID position of MySQL capture that began without one (gtid_mode=OFF): nothing to
+    track, nothing to resume from on another server."""
+
+    def advanced(self, gtid) -> "NoGtids":
+        return self
+
+    def __str__(self) -> str:
+        return ""
+
+
+def gtid_state_of(text: str, mariadb: bool):
+    """The GTID position capture goes on from: MariaDB's per-domain state, MySQL's executed
+    set (only from a recorded one: a set begun mid-stream would lack the earlier GTIDs)."""
+    if mariadb:
+        return MariaGtidState.parse(text)
+    return GtidSet.parse(text) if text else NoGtids()
+
+
+def mysql_gtids_at(source, position: Position) -> str:
+    """MySQL's executed GTID set at a transaction boundary of its binlog (MySQL has no
+    BINLOG_GTID_POS), read from the file's start by framing only. Opens a replication stream
+    with the pipeline's server_id: call it only while no capture stream of the run is open."""
+    stream = BinlogStream(stream_settings(source), source.server_id, Position(position.file, 4),
+                          mariadb=False)
+    try:
+        return str(gtids_before(stream, position))
+    except StreamError as exc:
+        raise explain_stream_error(exc.code, exc.message, position) from None
+    finally:
+        stream.close()
+
+
+def gtids_before(events, position: Position) -> GtidSet:
+    """The GTID set at `position`, from the events of its file read from the start: the file's
+    PREVIOUS_GTIDS (every earlier file's) and each transaction whose GTID event ends at or
+    before `position` (a transaction boundary, so that transaction ended before it too)."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for event in events:
+        if event.type == ev.ROTATE and event.log_pos:  # the file ended: so did the search
+            break
+        if event.type == ev.MYSQL_PREVIOUS_GTIDS:
+            for uuid, ranges in ev.parse_previous_gtids(event.body).items():
+                found.setdefault(uuid, []).extend(ranges)
+        elif event.type == ev.MYSQL_GTID:
+            if event.log_pos > position.pos:
+                break
+            gtid = ev.parse_mysql_gtid(event.body)
+            uuid = gtid.text.rpartition(":")[0]
+            found.setdefault(uuid, []).append((gtid.seq, gtid.seq))
+    return GtidSet.of(found)
 
 
 def explain_stream_error(code, message: str, start) -> SourceError:

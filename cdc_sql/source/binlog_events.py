@@ -272,6 +272,23 @@ def parse_mysql_gtid(body: memoryview) -> Gtid:
     return Gtid(f"{uuid}:{gno}", False, seq=gno)
 
 
+def parse_previous_gtids(body: memoryview) -> dict[str, list[tuple[int, int]]]:
+    """MySQL's PREVIOUS_GTIDS event (at the head of every binlog file): the GTIDs of the files
+    before it, as inclusive intervals per server UUID (stored half-open)."""
+    count, = struct.unpack_from("<Q", body, 0)
+    at, out = 8, {}
+    for _ in range(count):
+        sid = bytes(body[at:at + 16]).hex()
+        uuid = f"{sid[:8]}-{sid[8:12]}-{sid[12:16]}-{sid[16:20]}-{sid[20:]}"
+        intervals, = struct.unpack_from("<Q", body, at + 16)
+        at += 24
+        for _ in range(intervals):
+            low, end = struct.unpack_from("<qq", body, at)
+            out.setdefault(uuid, []).append((low, end - 1))
+            at += 16
+    return out
+
+
 @dataclass(frozen=True)
 class RowsHeader:
     table_id: int

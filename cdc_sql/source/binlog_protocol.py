@@ -125,19 +125,7 @@ class BinlogStream:
 
     def _dump(self) -> None:
         flags = 0 if self.blocking else BINLOG_DUMP_NON_BLOCK
-        start = self.start
-        if isinstance(start, Position):
-            payload = (bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", start.pos, flags,
-                                                              self.server_id) +
-                       start.file.encode())
-        elif start.mariadb:  # the state set above says where; an empty file name
-            payload = bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", 4, flags, self.server_id)
-        else:
-            data = encode_gtid_set(start.gtids)
-            payload = (bytes([COM_BINLOG_DUMP_GTID]) +
-                       struct.pack("<HIIQI", flags | BINLOG_THROUGH_GTID, self.server_id, 0, 4,
-                                   len(data)) + data)
-        self._command(payload)
+        self._command(dump_command(self.start, flags, self.server_id))
 
     def _command(self, payload: bytes) -> None:
         self.conn._next_seq_id = 0
@@ -186,6 +174,20 @@ class BinlogStream:
                 raise StreamError(None, f"binlog event checksum mismatch at position {log_pos} "
                                         f"(type {type_}): the stream is corrupt")
         return RawEvent(type_, timestamp, server_id, log_pos, flags, data[HEADER.size:end])
+
+
+def dump_command(start: Position | GtidStart, flags: int, server_id: int) -> bytes:
+    """The command that starts the stream: COM_BINLOG_DUMP at a position (MariaDB by GTID: at
+    the @slave_connect_state set before, an empty file name), or MySQL's
+    COM_BINLOG_DUMP_GTID (flags, server_id, an empty file name, position 4, the GTID set)."""
+    if isinstance(start, Position):
+        return (bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", start.pos, flags, server_id) +
+                start.file.encode())
+    if start.mariadb:
+        return bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", 4, flags, server_id)
+    data = encode_gtid_set(start.gtids)
+    return (bytes([COM_BINLOG_DUMP_GTID]) +
+            struct.pack("<HIIQI", flags | BINLOG_THROUGH_GTID, server_id, 0, 4, len(data)) + data)
 
 
 def encode_gtid_set(text: str) -> bytes:

@@ -2,10 +2,11 @@
 
 A binlog position means something on one server only. Capture records, with its position, the
 server it read (`server_identity`) and the GTID position there. A run resumes by position only
-on that server and only where the GTID at the position is still the recorded one; otherwise
-(a promoted replica, a name that moved to another server, a binlog reset) it resumes by GTID:
-MariaDB finds the place in the new server's binlog itself and says where (an artificial
-GTID_LIST event), and the new server's binlog files are numbered on from the old ones
+on that server and only where the GTID position at the position is still the recorded one;
+otherwise (a promoted replica, a name that moved to another server, a binlog reset) it resumes
+by GTID: the server finds the place in its binlog itself and says where (MariaDB: an artificial
+GTID_LIST event; MySQL, asked with the executed GTID set: the file it starts in), and the new
+server's binlog files are numbered on from the old ones
 (`file_base`), so offsets keep growing and silver stays exactly-once. A server that lacks
 transactions capture already read, or a source without a recorded GTID position, stops the run
 with what to do.
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cdc_sql.errors import SourceError
-from cdc_sql.source.gtid import MariaGtidState
+from cdc_sql.source.gtid import GtidSet, MariaGtidState
 from cdc_sql.source.offsets import Offset, file_sequence
 
 RESNAPSHOT = ("re-snapshot every table (cdc-sql resnapshot PIPELINE, then run): capture then starts "
@@ -43,6 +44,11 @@ class Resume:
     reason: str = ""
 
 
+def gtids(text: str, mariadb: bool) -> MariaGtidState | GtidSet:
+    """A recorded GTID position: MariaDB's last GTID per domain, MySQL's executed set."""
+    return MariaGtidState.parse(text) if mariadb else GtidSet.parse(text)
+
+
 def decide(recorded_server: str, recorded_gtid: str, position: str, server: str,
            gtid_here: str | None, mariadb: bool) -> Resume:
     """Resume at `position` only on the server that wrote it, where the GTID position there
@@ -50,30 +56,35 @@ def decide(recorded_server: str, recorded_gtid: str, position: str, server: str,
     one to resume from."""
     same = not recorded_server or recorded_server == server
     if same and (gtid_here is None or not recorded_gtid or
-                 MariaGtidState.parse(gtid_here) == MariaGtidState.parse(recorded_gtid)):
+                 gtids(gtid_here, mariadb) == gtids(recorded_gtid, mariadb)):
         return Resume(False)
     reason = (f"the source is now {server}, capture was reading {recorded_server}" if not same
               else f"the binlog at {position} is no longer where capture stopped (GTID "
                    f"position there {gtid_here or 'unknown'}, captured up to {recorded_gtid})")
-    if not recorded_gtid or not mariadb:
+    if not recorded_gtid:
         raise SourceError(f"cannot resume capture: {reason}, and binlog positions of one "
-                          f"server mean nothing on another. "
-                          + ("Resuming by GTID on MySQL is not supported yet" if not mariadb
-                             else "No GTID position was recorded to resume from") +
+                          f"server mean nothing on another. No GTID position was recorded to "
+                          f"resume from" + ("" if mariadb else " (a MySQL source needs "
+                                            "gtid_mode=ON from the start of capture)") +
                           f"; {RESNAPSHOT}")
     return Resume(True, reason)
 
 
-def missing(captured: str, server_has: str) -> list[str]:
-    """The GTIDs of `captured` (a MariaDB GTID position) that a server whose binlog reaches
-    `server_has` (its @@gtid_binlog_pos) does not have, per replication domain."""
+def missing(captured: str, server_has: str, mariadb: bool = True) -> list[str]:
+    """The GTIDs of `captured` that a server whose binlog reaches `server_has` does not have:
+    MariaDB per replication domain (positions, its @@gtid_binlog_pos), MySQL as a set (its
+    @@gtid_executed)."""
+    if not mariadb:
+        lacking = GtidSet.parse(captured) - GtidSet.parse(server_has)
+        return [f"{uuid}:{low}" if low == high else f"{uuid}:{low}-{high}"
+                for uuid, ranges in lacking.intervals.items() for low, high in ranges]
     has = {domain: seq for domain, _, seq in MariaGtidState.parse(server_has).last}
     return [f"{domain}-{server}-{seq}" for domain, server, seq in MariaGtidState.parse(captured).last
             if has.get(domain, -1) < seq]
 
 
-def check_not_behind(captured: str, server_has: str, server: str) -> None:
-    lacking = missing(captured, server_has)
+def check_not_behind(captured: str, server_has: str, server: str, mariadb: bool = True) -> None:
+    lacking = missing(captured, server_has, mariadb)
     if lacking:
         raise SourceError(
             f"the source ({server}) lacks transactions capture already read into bronze: "
@@ -84,15 +95,15 @@ def check_not_behind(captured: str, server_has: str, server: str) -> None:
 
 
 def readiness(mariadb: bool, variables: dict) -> str:
-    """What `validate` says about failover, from the server's variables (log_slave_updates,
-    gtid_strict_mode)."""
-    if not mariadb:
-        return ("not supported on MySQL yet: when the source becomes another server, capture "
-                "stops with a message instead of reading positions there")
+    """What `validate` says about failover, from the server's variables (log_slave_updates or
+    log_replica_updates; MariaDB gtid_strict_mode, MySQL gtid_mode)."""
     on = lambda name: str(variables.get(name, "")).upper() in ("ON", "1")  # noqa: E731
-    notes = [] if on("gtid_strict_mode") else [
+    if not mariadb and not on("gtid_mode"):
+        return ("not possible: gtid_mode is not ON here, so when the source becomes another "
+                "server capture stops with a message (turn GTIDs on before capture starts)")
+    notes = [] if not mariadb or on("gtid_strict_mode") else [
         "gtid_strict_mode=OFF here: turn it on so a diverged replica is refused, not read"]
-    if not on("log_slave_updates"):
+    if not (on("log_slave_updates") or on("log_replica_updates")):
         notes.append("log_slave_updates=OFF here: every server that may take over needs it ON "
                      "so its binlog holds the replicated transactions")
     return "possible by GTID (a replica that takes over must run with log_slave_updates=ON)" + \

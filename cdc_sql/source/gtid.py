@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from cdc_sql.source.offsets import Position
 
 
 @dataclass(frozen=True)
 class GtidSet:
+    """A MySQL GTID set, its intervals (inclusive) merged and sorted per server UUID, so equal
+    sets compare equal and print the same (`uuid:1-5:7`, UUIDs in order)."""
+
     intervals: dict[str, tuple[tuple[int, int], ...]]
 
     @classmethod
@@ -29,12 +33,64 @@ class GtidSet:
             for part in ranges:
                 low, _, high = part.partition("-")
                 intervals.setdefault(uuid.lower(), []).append((int(low), int(high or low)))
-        return cls({u: tuple(sorted(r)) for u, r in intervals.items()})
+        return cls.of(intervals)
+
+    @classmethod
+    def of(cls, intervals: dict[str, Iterable[tuple[int, int]]]) -> "GtidSet":
+        merged: dict[str, tuple[tuple[int, int], ...]] = {}
+        for uuid in sorted(intervals):
+            out: list[list[int]] = []
+            for low, high in sorted(intervals[uuid]):
+                if out and low <= out[-1][1] + 1:
+                    out[-1][1] = max(out[-1][1], high)
+                else:
+                    out.append([low, high])
+            if out:
+                merged[uuid] = tuple((low, high) for low, high in out)
+        return cls(merged)
 
     def __contains__(self, gtid: str) -> bool:
         uuid, _, number = gtid.rpartition(":")
         n = int(number)
         return any(low <= n <= high for low, high in self.intervals.get(uuid.lower(), ()))
+
+    def __or__(self, other: "GtidSet") -> "GtidSet":
+        both = {u: [*self.intervals.get(u, ()), *other.intervals.get(u, ())]
+                for u in {*self.intervals, *other.intervals}}
+        return GtidSet.of(both)
+
+    def __sub__(self, other: "GtidSet") -> "GtidSet":
+        """The GTIDs of this set that `other` lacks."""
+        left: dict[str, list[tuple[int, int]]] = {}
+        for uuid, ranges in self.intervals.items():
+            for low, high in ranges:
+                for cut_low, cut_high in other.intervals.get(uuid, ()):
+                    if cut_high < low or cut_low > high:
+                        continue
+                    if cut_low > low:
+                        left.setdefault(uuid, []).append((low, cut_low - 1))
+                    low = cut_high + 1
+                    if low > high:
+                        break
+                if low <= high:
+                    left.setdefault(uuid, []).append((low, high))
+        return GtidSet.of(left)
+
+    def __le__(self, other: "GtidSet") -> bool:
+        return not (self - other)
+
+    def __bool__(self) -> bool:
+        return bool(self.intervals)
+
+    def advanced(self, gtid) -> "GtidSet":
+        """The set after a transaction with `gtid` (binlog_events.Gtid, `uuid:n`) committed."""
+        uuid, _, number = gtid.text.rpartition(":")
+        return self | GtidSet({uuid.lower(): ((int(number), int(number)),)})
+
+    def __str__(self) -> str:
+        return ",".join(uuid + "".join(f":{low}" if low == high else f":{low}-{high}"
+                                       for low, high in ranges)
+                        for uuid, ranges in self.intervals.items())
 
 
 @dataclass

@@ -44,6 +44,7 @@ class SourceView:
     server: str = ""   # its identity, and what its binlog file numbers get in offsets
     base: int = 0      # (source/failover.py); set by the run once it knows where it resumes
     foreign_keys: list[ForeignKey] = field(default_factory=list)  # cascading, into captured
+    gtids: bool = True  # transactions carry GTIDs (always on MariaDB; MySQL gtid_mode=ON)
 
     @property
     def source_tables(self) -> list[SourceTable]:
@@ -62,14 +63,16 @@ def inspect_source(pipeline) -> SourceView:
         end, _ = binary_log_status(cur)
         cur.execute("SHOW BINARY LOGS")
         first_binlog = Position(cur.fetchone()[0], 4)
+        gtids = True
         if not mariadb:
             cur.execute("SELECT @@global.gtid_mode")
-            if str(cur.fetchone()[0]).upper() != "ON":
+            gtids = str(cur.fetchone()[0]).upper() == "ON"
+            if not gtids:
                 warnings.append("MySQL source without gtid_mode=ON: snapshot watermarks are "
                                 "binlog positions, which group commit can make unsafe under "
                                 "heavy writes; turn GTIDs on for exact watermarks")
     return SourceView(mariadb, tables, end, first_binlog, warnings,
-                      foreign_keys=foreign_keys)
+                      foreign_keys=foreign_keys, gtids=gtids)
 
 
 def read_foreign_keys(cur, tables: list[SourceTable]) -> list[ForeignKey]:

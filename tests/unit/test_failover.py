@@ -43,7 +43,7 @@ def test_a_state_from_before_servers_were_recorded_is_checked_by_its_gtid():
 
 @pytest.mark.parametrize("gtid, mariadb, says", [
     ("", True, "No GTID position was recorded"),
-    ("", False, "not supported yet"),
+    ("", False, "needs gtid_mode=ON"),
 ])
 def test_without_a_gtid_to_resume_from_another_server_stops(gtid, mariadb, says):
     with pytest.raises(SourceError) as error:
@@ -84,4 +84,33 @@ def test_validate_says_whether_failover_is_possible():
     assert "log_slave_updates=OFF" in failover.readiness(True, {"log_slave_updates": "OFF",
                                                                 "gtid_strict_mode": "ON"})
     assert "gtid_strict_mode=OFF" in failover.readiness(True, {"log_slave_updates": "ON"})
-    assert failover.readiness(False, {}).startswith("not supported on MySQL")
+    assert failover.readiness(False, {"gtid_mode": "OFF"}).startswith("not possible")
+    mysql = failover.readiness(False, {"gtid_mode": "ON", "log_replica_updates": "ON"})
+    assert mysql.startswith("possible by GTID") and "OFF" not in mysql
+    assert "log_slave_updates=OFF" in failover.readiness(False, {"gtid_mode": "ON"})
+
+
+# -- MySQL: the executed GTID set -----------------------------------------------------------------
+A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+B = "4a8f2c10-0000-11e1-9e33-c80aa9429562"
+
+
+def test_mysql_resumes_by_position_where_the_set_there_is_the_recorded_one():
+    recorded = f"{A}:1-50,{B}:1-7"
+    assert not failover.decide("server_uuid=x", recorded, "binlog.000003:400", "server_uuid=x",
+                               f"{B.upper()}:1-3:4-7,\n{A}:1-50", mariadb=False).by_gtid
+    reset = failover.decide("server_uuid=x", recorded, "binlog.000003:400", "server_uuid=x",
+                            f"{A}:1-12", mariadb=False)
+    assert reset.by_gtid and f"{A}:1-12" in reset.reason
+    moved = failover.decide("server_uuid=x", recorded, "binlog.000003:400", "server_uuid=y",
+                            None, mariadb=False)
+    assert moved.by_gtid and "server_uuid=y" in moved.reason
+
+
+def test_a_mysql_server_lacking_captured_transactions_is_behind():
+    assert failover.missing(f"{A}:1-50", f"{A}:1-60,{B}:1-3", mariadb=False) == []
+    assert failover.missing(f"{A}:1-50,{B}:1-7", f"{A}:1-20:30-50,{B}:1-6",
+                            mariadb=False) == [f"{A}:21-29", f"{B}:7"]
+    with pytest.raises(SourceError, match=rf"missing {A}:41-50\).*behind"):
+        failover.check_not_behind(f"{A}:1-50", f"{A}:1-40", "server_uuid=y", mariadb=False)
+    failover.check_not_behind(f"{A}:1-50", f"{A}:1-51", "server_uuid=y", mariadb=False)
