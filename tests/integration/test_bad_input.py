@@ -1,6 +1,7 @@
 """The bad-input catalogue: every case is `cdc-sql run` (or `validate`) exiting 1 with one
 paragraph that names what is wrong and what to do, no secret in it, and no half-written table.
 """
+import contextlib
 import textwrap
 import threading
 import time
@@ -189,7 +190,12 @@ def test_server_id_in_use(shop, make_pipeline, mariadb, capsys):
                              "passwd": PASSWORD},
         server_id=4242, blocking=True, report_slave="someone-else", resume_stream=True,
         log_file=mariadb.query("SHOW MASTER STATUS")[0][0], log_pos=4)
-    threading.Thread(target=lambda: next(iter(other), None), daemon=True).start()
+
+    def listen() -> None:
+        with contextlib.suppress(Exception):  # closed under it at the end of the test
+            next(iter(other), None)
+
+    threading.Thread(target=listen, daemon=True).start()
     deadline = time.monotonic() + 10
     while not any(row[0] == 4242 for row in mariadb.query("SHOW SLAVE HOSTS")):
         assert time.monotonic() < deadline
