@@ -44,6 +44,40 @@ def equal(engine, pipeline, mariadb, database):
                          key="parent_id, n")
 
 
+def run_killed_at(pipeline, point: str) -> None:
+    """`cdc-sql run` in a child that SIGKILLs itself at `point` (cdc_sql/faults.py)."""
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret", "CDC_SQL_KILL_AT": point}
+    killed = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file,
+                             "--until-caught-up"], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+
+
+def run_under_writer(mariadb, database, pipeline, engine, change) -> None:
+    """Three runs while `change(cur)` is made again and again on one autocommit connection (a
+    change that meets a row gone since is skipped); then a run after the writer stopped."""
+    stop, done = threading.Event(), []
+
+    def write():
+        with mariadb.connect(database) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                try:
+                    change(cur)
+                    done.append(True)
+                except pymysql.err.IntegrityError:
+                    pass  # a parent that is gone
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(3):
+            run(pipeline, engine)
+    finally:
+        stop.set()
+        writer.join()
+    assert len(done) > 50
+    run(pipeline, engine)
+
+
 def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make_pipeline):
     mariadb.execute(*SCHEMA,
                     "INSERT INTO parent SELECT seq, CONCAT('p', seq) FROM seq_1_to_20",
@@ -87,42 +121,27 @@ def test_a_writer_with_cascades_during_snapshot_and_binlog(mariadb, database, en
                     "INSERT INTO link SELECT 1 + seq % 300, seq, seq FROM seq_1_to_3000",
                     db=database)
     pipeline = make_pipeline(TABLES.format(db=database), chunk_size=2000)
-    stop, rng, done = threading.Event(), random.Random(5), []
+    rng, next_key = random.Random(5), 1000
 
-    def write():
-        with mariadb.connect(database) as conn, conn.cursor() as cur:
-            next_key = 1000
-            while not stop.is_set():
-                parent = rng.randint(1, next_key)
-                try:
-                    choice = rng.random()
-                    if choice < 0.3:
-                        next_key += 1
-                        cur.execute("UPDATE parent SET id = %s WHERE id = %s", (next_key, parent))
-                    elif choice < 0.5:
-                        cur.execute("DELETE FROM parent WHERE id = %s", (parent,))
-                    elif choice < 0.7:
-                        next_key += 1
-                        cur.execute("INSERT INTO parent VALUES (%s, 'new')", (next_key,))
-                        cur.execute("INSERT INTO child SELECT MAX(id) + 1, %s, NULL, 0 "
-                                    "FROM child", (next_key,))
-                    else:
-                        cur.execute("UPDATE child SET v = v + 1, other_id = %s WHERE id = %s",
-                                    (parent, rng.randint(1, 30000)))
-                    done.append(choice)
-                except pymysql.err.IntegrityError:
-                    pass  # a parent that is gone
+    def change(cur) -> None:
+        nonlocal next_key
+        parent = rng.randint(1, next_key)
+        choice = rng.random()
+        if choice < 0.3:
+            next_key += 1
+            cur.execute("UPDATE parent SET id = %s WHERE id = %s", (next_key, parent))
+        elif choice < 0.5:
+            cur.execute("DELETE FROM parent WHERE id = %s", (parent,))
+        elif choice < 0.7:
+            next_key += 1
+            cur.execute("INSERT INTO parent VALUES (%s, 'new')", (next_key,))
+            cur.execute("INSERT INTO child SELECT MAX(id) + 1, %s, NULL, 0 FROM child",
+                        (next_key,))
+        else:
+            cur.execute("UPDATE child SET v = v + 1, other_id = %s WHERE id = %s",
+                        (parent, rng.randint(1, 30000)))
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
-        for _ in range(3):
-            run(pipeline, engine)
-    finally:
-        stop.set()
-        writer.join()
-    assert len(done) > 50
-    run(pipeline, engine)
+    run_under_writer(mariadb, database, pipeline, engine, change)
     equal(engine, pipeline, mariadb, database)
 
 
@@ -142,10 +161,7 @@ def test_a_kill_after_the_merge_replays_the_same_cascades(mariadb, database, eng
     mariadb.execute("UPDATE parent SET id = 50 WHERE id = 1", "DELETE FROM parent WHERE id = 2",
                     "UPDATE child SET v = -v WHERE parent_id = 50 AND id < 50",
                     "UPDATE parent SET id = 51 WHERE id = 50", db=database)
-    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret", "CDC_SQL_KILL_AT": point}
-    killed = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file,
-                             "--until-caught-up"], env=env, capture_output=True, timeout=300)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    run_killed_at(pipeline, point)
     mariadb.execute("DELETE FROM parent WHERE id = 51", db=database)  # and more after it
     run(pipeline, engine)
     equal(engine, pipeline, mariadb, database)
@@ -183,10 +199,7 @@ def test_a_replay_reads_silver_as_of_a_version_behind_its_last_checkpoint(mariad
     assert recorded >= 2  # versions 0 and 1 Sail reads whatever the checkpoints
     mariadb.execute("UPDATE parent SET id = 50 WHERE id = 1", "DELETE FROM parent WHERE id = 2",
                     db=database)
-    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret", "CDC_SQL_KILL_AT": "silver.merged@2"}
-    killed = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file,
-                             "--until-caught-up"], env=env, capture_output=True, timeout=300)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    run_killed_at(pipeline, "silver.merged@2")  # the parent's MERGE is the first
     silver = DeltaTable(silver_path(pipeline, "child"))
     assert silver.version() == recorded + 1
     silver.create_checkpoint()  # as a maintenance job may; Sail writes one every 10 commits
@@ -284,43 +297,26 @@ def test_a_writer_with_nested_cascades_during_snapshot_and_binlog(mariadb, datab
     # from one range to another (hence orders and items are read whole, in one read)
     pipeline = make_pipeline(GRANDCHILDREN_FIRST.format(db=database), chunk_size=500,
                              parallelism=4)
-    stop, rng, done = threading.Event(), random.Random(11), []
+    rng, next_key = random.Random(11), 1000
 
-    def write():
-        with mariadb.connect(database) as conn, conn.cursor() as cur:
-            next_key = 1000
-            while not stop.is_set():
-                customer = rng.randint(1, next_key)
-                choice = rng.random()
-                try:
-                    if choice < 0.35:
-                        next_key += 1
-                        cur.execute("UPDATE customer SET id = %s WHERE id = %s",
-                                    (next_key, customer))
-                    elif choice < 0.6:
-                        cur.execute("DELETE FROM customer WHERE id = %s", (customer,))
-                    elif choice < 0.8:
-                        cur.execute("UPDATE item SET qty = qty + 1 WHERE customer_id = %s",
-                                    (customer,))
-                    else:
-                        next_key += 1
-                        cur.execute("INSERT INTO customer VALUES (%s, 'new')", (next_key,))
-                        cur.execute("INSERT INTO orders VALUES (%s, 1, 0)", (next_key,))
-                        cur.execute("INSERT INTO item VALUES (%s, 1, 1, 0)", (next_key,))
-                    done.append(choice)
-                except pymysql.err.IntegrityError:
-                    pass
+    def change(cur) -> None:
+        nonlocal next_key
+        customer = rng.randint(1, next_key)
+        choice = rng.random()
+        if choice < 0.35:
+            next_key += 1
+            cur.execute("UPDATE customer SET id = %s WHERE id = %s", (next_key, customer))
+        elif choice < 0.6:
+            cur.execute("DELETE FROM customer WHERE id = %s", (customer,))
+        elif choice < 0.8:
+            cur.execute("UPDATE item SET qty = qty + 1 WHERE customer_id = %s", (customer,))
+        else:
+            next_key += 1
+            cur.execute("INSERT INTO customer VALUES (%s, 'new')", (next_key,))
+            cur.execute("INSERT INTO orders VALUES (%s, 1, 0)", (next_key,))
+            cur.execute("INSERT INTO item VALUES (%s, 1, 1, 0)", (next_key,))
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
-        for _ in range(3):
-            run(pipeline, engine)
-    finally:
-        stop.set()
-        writer.join()
-    assert len(done) > 50
-    run(pipeline, engine)
+    run_under_writer(mariadb, database, pipeline, engine, change)
     nested_equal(engine, pipeline, mariadb, database)
 
 
