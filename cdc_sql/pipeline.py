@@ -107,13 +107,13 @@ class Runner:
             self.ensure_bronze(view)
             self._start_capture(view, checkpoint)
             with timed(summary, "snapshot"):
-                summary["snapshot_rows"] = self.snapshot(view)
+                summary["snapshot_rows"] = self.snapshot(view, plans)
             view = self._refresh_end(view)  # capture reaches past every snapshot watermark
             while not self.stop.is_set():
                 checkpoint = self.state.load()
                 if resnapshot.pending(checkpoint):  # asked for while this run follows
                     with timed(summary, "snapshot"):
-                        summary["snapshot_rows"] += self.snapshot(view)
+                        summary["snapshot_rows"] += self.snapshot(view, plans)
                     view, checkpoint = self._refresh_end(view), self.state.load()
                 with timed(summary, "capture"):
                     captured = self.capture(view, checkpoint, view.end)
@@ -124,7 +124,7 @@ class Runner:
                     plans = silver_plans(self.pipeline, view)
                     self.ensure_bronze(view)
                     with timed(summary, "snapshot"):  # of tables that just began to match
-                        if self.snapshot(view):
+                        if self.snapshot(view, plans):
                             view = self._refresh_end(view)
                 with timed(summary, "merge"):
                     merged = self.merge(plans, self.state.load())
@@ -309,9 +309,9 @@ class Runner:
             return self._gtid_here(view, cur, position, strict=True)
 
     # -- phase 2: snapshot ----------------------------------------------------------------------
-    def snapshot(self, view: SourceView) -> int:
-        """Prepare requested re-snapshots, then read every unfinished split into bronze;
-        returns the rows read."""
+    def snapshot(self, view: SourceView, plans: list[SilverPlan]) -> int:
+        """Prepare requested re-snapshots, then read every unfinished split into bronze (`plans`:
+        the pipeline's silver tables over `view`); returns the rows read."""
         source = self.pipeline.source
         checkpoint = self._prepare_resnapshots(view, self.state.load())
         initial = source.startup in ("initial", "snapshot-only")
@@ -326,7 +326,6 @@ class Runner:
                               if any(not s.done for s in checkpoint.splits(t.qualified))]
             for table in pending_tables:
                 sizes[table.qualified] = table_size(cur, table)[0]
-        plans = silver_plans(self.pipeline, view)
         whole = read_whole(plans)  # all splits again, in one read
         unfinished = {t.qualified: [s.split for s in checkpoint.splits(t.qualified)
                                     if not s.done or t.qualified in whole]

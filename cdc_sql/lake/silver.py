@@ -564,8 +564,7 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
         return None, []
     changes.sort(key=lambda c: c.offset)  # stable: a cascade's moves keep their order
     versions = _child_versions(lake, plan, window, statements, silver_version)
-    columns = [c for c in versions.columns if not c.startswith("_cdc_") or
-               c in {key_text_name(k.name) for k in source.key_text_columns}]
+    columns = _row_columns(source, versions.columns)
     reached = _reached(spark, plan, versions, changes).collect()
     found = [cascades.Version(row["_cdc_offset"], {c: row[c] for c in columns},
                               row["_cdc_deleted"]) for row in reached]
@@ -580,6 +579,12 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
              len(out), window.after, window.upto)
     return (versions.schema, out), [replace(c, ts=stamps.get(c.offset))
                                     for c in outcome.as_parent(source.qualified)]
+
+
+def _row_columns(source: SourceTable, names: list[str]) -> list[str]:
+    """Of an image's columns, the row's own: the source's and their key texts."""
+    texts = {key_text_name(k.name) for k in source.key_text_columns}
+    return [n for n in names if not n.startswith("_cdc_") or n in texts]
 
 
 def _event_of(offset: str) -> tuple[int, int]:
@@ -608,10 +613,9 @@ def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tup
         lake.engine.read(silver, silver_version).createOrReplaceTempView(view)
         present = set(spark.table(view).columns)  # that version's columns
         schema = parts[0].schema
-        columns = ", ".join(quote(f.name) if f.name in present else
-                            f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}"
-                            for f in schema.fields if not f.name.startswith("_cdc_") or
-                            f.name in {key_text_name(k.name) for k in source.key_text_columns})
+        columns = ", ".join(quote(c) if c in present else
+                            f"CAST(NULL AS {schema[c].dataType.simpleString()}) AS {quote(c)}"
+                            for c in _row_columns(source, schema.names))
         parts.append(spark.sql(render("cascade_silver_rows", columns=columns, silver=quote(view)),
                                args={"source_table": source.qualified}))
     versions = parts[0]
