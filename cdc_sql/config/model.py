@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import types
 import typing
@@ -147,10 +148,15 @@ class Table:
         return not _LITERAL_SOURCE.fullmatch(self.source)
 
     def matches(self, db: str, table: str) -> bool:
-        parts = self.literal_parts
-        if parts is not None:
-            return (parts[0].lower(), parts[1].lower()) == (db.lower(), table.lower())
+        literal = self._literal_key
+        if literal is not None:
+            return literal == (db.lower(), table.lower())
         return re.fullmatch(self.source, f"{db}.{table}") is not None
+
+    @functools.cached_property
+    def _literal_key(self) -> tuple[str, str] | None:
+        parts = self.literal_parts
+        return None if parts is None else (parts[0].lower(), parts[1].lower())
 
     @property
     def literal_parts(self) -> tuple[str, str] | None:
@@ -160,6 +166,17 @@ class Table:
             return None
         return tuple(p[1:-1].replace("``", "`") if p.startswith("`") else p  # type: ignore
                      for p in match.groups())
+
+
+def matching(specs: list[Table], names: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """Per pipeline table, the (db, table) names of `names` its source matches, in their
+    order: literal sources by lookup (a thousand tables must not cost a million comparisons),
+    patterns by their regular expression."""
+    index: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for db, table in names:
+        index.setdefault((db.lower(), table.lower()), []).append((db, table))
+    return [index.get(spec._literal_key, []) if spec._literal_key is not None else
+            [(db, table) for db, table in names if spec.matches(db, table)] for spec in specs]
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from cdc_sql.cascades import ForeignKey
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
 from cdc_sql.errors import ConfigError, SourceError, StateError
+from cdc_sql.lake import small_merge
 from cdc_sql.lake.tables import (EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK, stats_properties,
                                  table_ref)
 from cdc_sql.planner import Window
@@ -270,7 +271,11 @@ class Facts:
     snapshot_columns: dict[str, dict] = field(default_factory=dict)  # name -> Arrow type
     changes_columns: dict[str, dict] = field(default_factory=dict)
     statements: dict[str, tuple] = field(default_factory=dict)  # (op, offset, ts, statement)
-    silver_columns: tuple[str, ...] = ()  # silver's columns, when it exists
+    silver_types: dict = field(default_factory=dict)  # silver's columns, when it exists
+
+    @property
+    def silver_columns(self) -> tuple[str, ...]:
+        return tuple(self.silver_types)
 
     def dropped(self, plan: "SilverPlan") -> tuple[str, ...]:
         """Silver columns the source no longer has (NULL in rows changed from now on)."""
@@ -300,7 +305,8 @@ def read_facts(lake, plan: SilverPlan, window: Window,
         statements = read_statements(lake)
     snapshot, changes, in_window = {}, {}, {}
     silver = lake.silver_path(plan.spec.name)
-    silver_columns = tuple(lake.tables.schema(silver).names) if lake.tables.exists(silver) else ()
+    silver_types = {f.name: f.type for f in lake.tables.schema(silver)} \
+        if lake.tables.exists(silver) else {}
     for source in plan.sources:
         for found, path in ((snapshot, lake.snapshot_path(source.db, source.name)),
                             (changes, lake.changes_path(source.db, source.name))):
@@ -309,7 +315,7 @@ def read_facts(lake, plan: SilverPlan, window: Window,
         in_window[source.qualified] = tuple(
             (op, offset, ts, statement) for db, tbl, op, offset, ts, statement in statements
             if (db, tbl) == (source.db, source.name) and window.after < offset <= window.upto)
-    return Facts(snapshot, changes, in_window, silver_columns)
+    return Facts(snapshot, changes, in_window, silver_types)
 
 
 def renamed_columns(statements) -> dict[str, list[tuple[str, str]]]:
@@ -490,6 +496,8 @@ def run_batch(lake, plan: SilverPlan, window: Window, statements: list[tuple] | 
     started = time.monotonic()
     facts = read_facts(lake, plan, window, statements)
     log.debug("silver %s: facts in %.3fs", plan.spec.name, time.monotonic() - started)
+    if not cascaded and small_merge.merged(lake, plan, window, facts):
+        return
     nothing = False  # no change to merge into silver
     inside = []
     if cascaded:

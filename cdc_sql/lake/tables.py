@@ -77,7 +77,8 @@ class TableOps(Protocol):
     def create_arrow_table(self, path: str, schema: pa.Schema) -> None: ...
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch],
                      schema: pa.Schema, schema_mode: str | None = None) -> None: ...
-    def read_arrow(self, path: str, columns: list[str] | None = None) -> pa.Table: ...
+    def read_arrow(self, path: str, columns: list[str] | None = None,
+                   where: list[tuple[str, str, object]] | None = None) -> pa.Table: ...
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None: ...
     def reset(self, path: str, schema: pa.Schema) -> None: ...
     def add_columns(self, path: str, fields: list) -> None: ...
@@ -88,6 +89,9 @@ class TableOps(Protocol):
                            compact: bool = True) -> dict: ...
     def cluster(self, path: str, columns: list[str]) -> None: ...
     def key_ranges(self, path: str, column: str) -> list[tuple] | None: ...
+    def merges_here(self, path: str) -> bool: ...
+    def merge_changes(self, path: str, changes: pa.Table, key: list[str],
+                      columns: list[str]) -> None: ...
 
 
 def clustered(files: list[tuple] | None, target_bytes: int = 0) -> bool:
@@ -295,9 +299,12 @@ class DeltaRsTables:
                 self._allow_ntz(table, schema)
             append_with_delta_rs(table, batches, schema, schema_mode=schema_mode)
 
-    def read_arrow(self, path: str, columns: list[str] | None = None) -> pa.Table:
+    def read_arrow(self, path: str, columns: list[str] | None = None,
+                   where: list[tuple[str, str, object]] | None = None) -> pa.Table:
+        """The table's rows (`where`: (column, operator, value) conditions, files skipped by
+        their statistics)."""
         with self._table(path) as table:
-            return table.to_pyarrow_table(columns=columns)
+            return table.to_pyarrow_table(columns=columns, filters=where or None)
 
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
         from deltalake import write_deltalake
@@ -420,6 +427,28 @@ class DeltaRsTables:
                           actions.column("size_bytes").to_pylist()))
         return None if any(low is None or high is None for low, high, _ in ranges) else ranges
 
+    def merges_here(self, path: str) -> bool:
+        """Whether delta-rs may MERGE into the table: no feature it cannot write (deletion
+        vectors, column mapping, ...: a table an engine created with its own defaults)."""
+        with self._table(path) as table:
+            protocol = table.protocol()
+        return protocol.min_reader_version <= 3 and protocol.min_writer_version <= 7 and \
+            set(protocol.reader_features or ()) <= {"timestampNtz"} and \
+            set(protocol.writer_features or ()) <= {"timestampNtz", "invariants"}
+
+    def merge_changes(self, path: str, changes: pa.Table, key: list[str],
+                      columns: list[str]) -> None:
+        """silver_merge.sql's MERGE of the last change per key (`changes`: `columns` and
+        `_cdc_remove`), by delta-rs: offsets only move forward, so a replay changes nothing."""
+        on = " AND ".join(f"t.{_df_quote(k)} = s.{_df_quote(k)}" for k in key)
+        values = {_df_quote(c): f"s.{_df_quote(c)}" for c in columns}
+        with self._table(path) as table:
+            table.merge(source=changes, predicate=on, source_alias="s", target_alias="t") \
+                .when_matched_delete(predicate="s._cdc_offset > t._cdc_offset AND s._cdc_remove") \
+                .when_matched_update(updates=values, predicate="s._cdc_offset > t._cdc_offset") \
+                .when_not_matched_insert(updates=values, predicate="NOT s._cdc_remove") \
+                .execute()
+
 
 # -- Spark SQL --------------------------------------------------------------------------------
 class SparkTables:
@@ -472,8 +501,11 @@ class SparkTables:
                 df.write.format("delta").mode("append") \
                     .option("mergeSchema", str(schema_mode == "merge").lower()).save(str(path))
 
-    def read_arrow(self, path: str, columns: list[str] | None = None) -> pa.Table:
+    def read_arrow(self, path: str, columns: list[str] | None = None,
+                   where: list[tuple[str, str, object]] | None = None) -> pa.Table:
         df = self.engine.read(path)
+        if where:
+            df = df.where(predicate(where, quote))
         return (df.select(*columns) if columns else df).toArrow()
 
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
@@ -520,6 +552,13 @@ class SparkTables:
 
     def key_ranges(self, path: str, column: str) -> list[tuple] | None:
         return None  # the engine's own OPTIMIZE decides
+
+    def merges_here(self, path: str) -> bool:
+        return False  # the engine's storage: only its own MERGE
+
+    def merge_changes(self, path: str, changes: pa.Table, key: list[str],
+                      columns: list[str]) -> None:
+        raise NotImplementedError("merges_here is False: silver's SQL MERGE")
 
     def cluster(self, path: str, columns: list[str]) -> None:
         if not self.engine.optimizes:

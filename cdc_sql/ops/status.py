@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from cdc_sql.config.model import matching
 from cdc_sql.source import mysql
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.watermarks import binary_log_status
@@ -73,13 +74,16 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
            "captured_server": capture.server if capture else None,
            "captured_lag_bytes": _lag(position, end, logs),
            "last_run": last.to_json() if last else None, "tables": []}
-    splits = checkpoint.all_splits()
-    again = checkpoint.resnapshots()
-    for spec in pipeline.tables:
-        mine = [s for s in splits if spec.matches(*s.source_table.split(".", 1))]
+    splits, again = {}, {}
+    for entries, found in ((checkpoint.all_splits(), splits), (checkpoint.resnapshots(), again)):
+        for entry in entries:
+            found.setdefault(entry.source_table, []).append(entry)
+    names = sorted({tuple(name.split(".", 1)) for name in [*splits, *again]})
+    for spec, sources in zip(pipeline.tables, matching(pipeline.tables, names)):
+        mine = [s for db, name in sources for s in splits.get(f"{db}.{name}", [])]
         table = checkpoint.table(spec.name)
-        requested = [e for e in again if spec.matches(*e.source_table.split(".", 1)) and
-                     (not e.prepared or table is not None and table.resnapshot)]
+        requested = [e for db, name in sources for e in again.get(f"{db}.{name}", [])
+                     if not e.prepared or table is not None and table.resnapshot]
         applied = table.applied if table else None
         behind = lag_bytes(applied, end, logs, base) if end else None
         source_time = table.source_time if table else None

@@ -67,7 +67,7 @@ def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableR
     silver = engine.read(lake.silver_path(table.name))
     types = {f.name: f.dataType.simpleString() for f in silver.schema.fields}
     with _source(pipeline) as cur:
-        sources = read_tables(cur, table)
+        sources = read_tables(cur, [table])[0]
         plan = plan_silver(table, sources, pipeline.file, pipeline.tables.index(table))
         for source in sources:
             _verify_source(lake, pipeline, plan, source, types, checkpoint, cur, report)
@@ -215,7 +215,7 @@ def _first_difference(a: tuple, b: tuple, names, float_types):
 def compare_table(engine, pipeline: Pipeline, table: Table) -> str:
     """'' when silver equals the source after projection; else a short description."""
     with _source(pipeline) as cur:
-        sources = read_tables(cur, table)
+        sources = read_tables(cur, [table])[0]
         plan = plan_silver(table, sources, pipeline.file, pipeline.tables.index(table))
         expected = []
         for source in sources:

@@ -58,7 +58,7 @@ def inspect_source(pipeline) -> SourceView:
         warnings = check_binlog_settings(cur, pipeline.source.startup)
         if pipeline.source.startup != "snapshot-only":
             warnings += check_replication_access(cur, pipeline.source, mariadb)
-        tables = [read_tables(cur, spec) for spec in pipeline.tables]
+        tables = read_tables(cur, pipeline.tables)
         foreign_keys = read_foreign_keys(cur, [t for found in tables for t in found])
         end, _ = binary_log_status(cur)
         cur.execute("SHOW BINARY LOGS")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from cdc_sql.config.model import matching
 from cdc_sql.errors import SourceError
 
 KEY_TEXT_PREFIX = "_cdc_key_"
@@ -119,14 +120,15 @@ def spark_type(c: Column) -> str:
     return "STRING"  # char, varchar, text, enum, set, json, time
 
 
-def read_tables(cur, table_spec) -> list[SourceTable]:
-    """Every base table matching a pipeline table's `source`, with columns and key."""
+def read_tables(cur, table_specs: list) -> list[list[SourceTable]]:
+    """Per pipeline table, every base table matching its `source`, with columns and key (the
+    source's tables listed once)."""
     cur.execute(
         "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
         "'BASE TABLE' AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', "
         "'performance_schema', 'sys') ORDER BY TABLE_SCHEMA, TABLE_NAME")
-    names = [(db, name) for db, name in cur.fetchall() if table_spec.matches(db, name)]
-    return [read_table(cur, db, name, table_spec.primary_key) for db, name in names]
+    return [[read_table(cur, db, name, spec.primary_key) for db, name in names]
+            for spec, names in zip(table_specs, matching(table_specs, list(cur.fetchall())))]
 
 
 def read_table(cur, db: str, name: str, declared_key: list[str] | tuple[str, ...] = ()) -> SourceTable:

@@ -339,3 +339,50 @@ def test_a_resnapshot_replaces_any_silver_with_the_model(engine, new_lake, data,
     gone = set(old) - set(model[last])  # keys the re-snapshot no longer finds end at :upto
     ended = {r.id for r in history.where(f"_cdc_valid_to = '{boundary(last)}'").collect()}
     assert gone <= ended
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), history=histories())
+def test_small_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lake, monkeypatch,
+                                                                  data, history):
+    """lake/small_merge.py against the engine's SQL: over the same bronze (random histories,
+    splits at random watermarks, random batch bounds, replays), silver merged in this process
+    by delta-rs and silver merged by the engine are the same rows, `_cdc_*` columns included,
+    after every batch, and equal to the model."""
+    from cdc_sql.lake import small_merge, tables
+
+    merges = []
+    real = tables.DeltaRsTables.merge_changes
+    monkeypatch.setattr(tables.DeltaRsTables, "merge_changes",
+                        lambda self, *args: merges.append(args) or real(self, *args))
+    initial, txns = history
+    model = states(initial, txns)
+    last = len(txns) - 1
+    cuts = sorted(data.draw(st.sets(st.integers(2, KEYS), max_size=3)))
+    bounds = list(zip([1, *cuts], [*cuts, KEYS + 1]))
+    marks = [data.draw(st.integers(-1, last)) for _ in bounds]
+    plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
+    done = {"db.t": tuple((i, "a1", boundary(mark)) for i, mark in enumerate(marks))}
+    lakes = [new_lake(), new_lake()]  # in this process, by the engine
+    for lake in lakes:
+        bronze.ensure_snapshot_table(lake, TABLE)
+        for split_id, ((lo, hi), mark) in enumerate(zip(bounds, marks)):
+            rows = sorted((k, v) for k, v in model[mark].items() if lo <= k < hi)
+            bronze.write_splits(lake, TABLE, [split_rows([k for k, _ in rows],
+                                                         [v for _, v in rows], split_id)],
+                                "a1", boundary(mark), TS)
+        bronze.ensure_statements_table(lake)
+        land_changes(lake, binlog_rows(txns, min(marks)))
+        merge_window(lake, plan, Window("", boundary(max(marks)), done, first=True))
+    applied = boundary(max(marks))
+    for u in sorted({data.draw(st.integers(max(marks), last)), last}):
+        for _ in range(1 + data.draw(st.integers(0, 1))):  # sometimes replayed
+            merge_window(lakes[0], plan, Window(applied, boundary(u)))
+            with monkeypatch.context() as patch:
+                patch.setattr(small_merge, "MAX_CHANGES", -1)
+                merge_window(lakes[1], plan, Window(applied, boundary(u)))
+        here, there = (engine.read(lake.silver_path("t")).orderBy("id") for lake in lakes)
+        assert_df_equality(here, there, ignore_nullable=True)
+        assert_silver(lakes[0], model[u])
+        applied = boundary(u)
+    assert bool(merges) == (last > max(marks))  # later windows went through delta-rs

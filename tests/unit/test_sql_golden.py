@@ -65,8 +65,9 @@ def facts(name: str) -> Facts:
               "amount": pa.decimal128(8, 2), "placed": pa.timestamp("us"),
               "_cdc_key_placed": pa.string()}
     return Facts(changes_columns={"shop.orders": bronze}, statements={"shop.orders": RENAME},
-                 silver_columns=("id", "status", "amount", "placed", "dropped_col",
-                                 "_cdc_offset", "_cdc_op", "_cdc_ts", "_cdc_key_placed"))
+                 silver_types=dict.fromkeys(("id", "status", "amount", "placed", "dropped_col",
+                                             "_cdc_offset", "_cdc_op", "_cdc_ts",
+                                             "_cdc_key_placed"), pa.string()))
 
 
 def rendered(name: str) -> str:

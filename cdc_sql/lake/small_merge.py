@@ -1,0 +1,95 @@
+"""Small windows of plain tables, merged in this process by delta-rs.
+
+A silver batch through the engine costs five or six round trips (facts, views, the duplicate
+check, the MERGE: about 260 ms on Sail for a table of ten rows), whatever the window's size;
+with hundreds of small tables that fixed cost is the whole batch. A window of at most
+MAX_CHANGES changes of a table silver holds as it is (one source table, no projection, no
+history, no cascades) is merged here instead: its bronze changes read with delta-rs, the last
+change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql), and
+one delta-rs MERGE with the conditions of silver_merge.sql (12-25 ms). Everything else about
+the batch is unchanged: the window, the state commit after the MERGE, the replay of a window
+after a crash (the offset guard makes it harmless here too), the hand-change check (the
+commit is a MERGE on `_cdc_offset`, recognised as cdc-sql's own).
+
+Windows that need anything more go through the engine's SQL: a DDL statement or TRUNCATE in
+the window, bronze or silver columns that differ from the source's (a schema change being
+carried out), temporal key columns, keys that may be NULL, decimals wider than 64 bits (whose
+statistics delta-rs writes wrong), a table delta-rs cannot write (a feature it lacks), or a
+lake whose tables the engine alone reaches (`SparkTables`).
+"""
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc_sql import faults
+from cdc_sql.planner import Window
+from cdc_sql.source.schema import arrow_type
+
+log = logging.getLogger("cdc_sql")
+MAX_CHANGES = 20_000  # past it, the engine's MERGE is as fast and runs on every core
+
+
+def unsuitable(plan, window: Window, facts) -> str | None:
+    """Why the window must go through the engine's SQL; None when it may be merged here."""
+    if not plan.as_is or plan.spec.history or plan.cascades:
+        return "not a plain table (a projection, shards, history or cascades)"
+    if plan.key_texts or plan.key_nullable:
+        return "temporal or nullable key columns"
+    if window.first or window.replace or window.splits is not None:
+        return "snapshot rows in the window"
+    source = plan.sources[0]
+    if facts.statements.get(source.qualified):
+        return "a DDL statement or TRUNCATE in the window"
+    bronze = facts.changes_columns.get(source.qualified)
+    expected = {c.name: arrow_type(c.spark_type) for c in source.columns}
+    if bronze is None or any(bronze.get(name) != t for name, t in expected.items()):
+        return "bronze's columns differ from the source's"
+    if set(facts.silver_types) != set(plan.columns) or any(
+            facts.silver_types[name] != bronze.get(name) for name in plan.columns):
+        return "silver's columns differ from bronze's"
+    if any(pa.types.is_decimal(t) and t.precision > 18 for t in expected.values()):
+        return "decimals wider than 64 bits"
+    return None
+
+
+def last_change_per_key(changes: pa.Table, key: list[str]) -> pa.Table:
+    """The last change of each key by offset, a removal losing to another change at the same
+    offset (silver_changes.sql's rule); `changes` holds `_cdc_offset` and `_cdc_remove`."""
+    if changes.num_rows == 0:
+        return changes
+    order = pc.sort_indices(changes, [("_cdc_offset", "ascending"),
+                                      ("_cdc_remove", "descending")])
+    ordered = changes.take(order).append_column("__cdc_at", pa.array(range(changes.num_rows)))
+    last = ordered.group_by(key, use_threads=False).aggregate([("__cdc_at", "max")])
+    return ordered.take(last["__cdc_at_max"]).drop_columns(["__cdc_at"])
+
+
+def merged(lake, plan, window: Window, facts) -> bool:
+    """Carry the window out here when it may be (see the module's docstring); False when the
+    engine's SQL must."""
+    reason = unsuitable(plan, window, facts)
+    silver = lake.silver_path(plan.spec.name)
+    if reason is None and not lake.tables.merges_here(silver):
+        reason = "delta-rs cannot write this table (or does not reach it)"
+    if reason is not None:
+        log.debug("silver %s: merged by the engine: %s", plan.spec.name, reason)
+        return False
+    source = plan.sources[0]
+    changes = lake.tables.read_arrow(
+        lake.changes_path(source.db, source.name), list(plan.columns),
+        where=[("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto)])
+    if changes.num_rows > MAX_CHANGES:
+        log.debug("silver %s: merged by the engine: %d changes", plan.spec.name,
+                  changes.num_rows)
+        return False
+    if changes.num_rows:
+        changes = changes.append_column("_cdc_remove", pc.equal(changes["_cdc_op"], "d"))
+        last = last_change_per_key(changes, list(plan.key))
+        faults.point("silver.staged")
+        lake.tables.merge_changes(silver, last, list(plan.key), list(plan.columns))
+    faults.point("silver.merged")
+    log.debug("silver %s: %d changes merged by delta-rs", plan.spec.name, changes.num_rows)
+    return True
