@@ -310,6 +310,8 @@ def read_facts(lake, plan: SilverPlan, window: Window,
     for source in plan.sources:
         for found, path in ((snapshot, lake.snapshot_path(source.db, source.name)),
                             (changes, lake.changes_path(source.db, source.name))):
+            if found is snapshot and window.splits is None:
+                continue  # no snapshot rows in the window
             if lake.tables.exists(path):
                 found[source.qualified] = {f.name: f.type for f in lake.tables.schema(path)}
         in_window[source.qualified] = tuple(

@@ -241,9 +241,18 @@ class Checkpoint:
     """The newest entry of every (kind, name), typed."""
 
     entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
+    # split entries by source table (a thousand tables' windows must not scan every split)
+    _splits: dict[str, dict[str, SplitEntry]] = field(default_factory=dict, repr=False,
+                                                      compare=False)
+
+    def __post_init__(self) -> None:
+        for entry in list(self.entries.values()):
+            self.add(entry)
 
     def add(self, entry: Entry) -> None:
         self.entries[(entry.kind, entry.name)] = entry
+        if isinstance(entry, SplitEntry):
+            self._splits.setdefault(entry.source_table, {})[entry.name] = entry
 
     @property
     def capture(self) -> CaptureEntry | None:
@@ -270,7 +279,7 @@ class Checkpoint:
                 if kind == "resnapshot"]
 
     def splits(self, source_table: str) -> list[SplitEntry]:
-        found = [s for s in self.all_splits() if s.source_table == source_table]
+        found = [s for s in self._splits.get(source_table, {}).values() if not s.retired]
         return sorted(found, key=lambda s: s.split_id)
 
 
