@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from tests.integration.helpers import assert_silver_equals, run, state_log
+from tests.integration.helpers import (assert_silver_equals, checkpoint, run, silver_path,
+                                       state_log)
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -119,4 +120,32 @@ def test_follow_mode_applies_changes_then_sigterm_exits_0(mariadb, database, eng
         if process.poll() is None:
             process.kill()
     assert "SIGTERM received" in process.stderr.read().decode()
+    assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
+
+
+def test_a_kill_after_an_in_process_merge_replays_the_window(mariadb, database, engine,
+                                                             make_pipeline):
+    """A small window of a plain table is merged by delta-rs in this process
+    (lake/small_merge.py): killed between that MERGE and the state commit, the next run
+    accepts the commit as its own, replays the window (harmless) and goes on."""
+    from deltalake import DeltaTable
+
+    from tests.integration.test_cascades import run_killed_at
+
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+                    "INSERT INTO items SELECT seq, 'v', seq FROM seq_1_to_500", db=database)
+    pipeline = make_pipeline(f"- name: items\n  source: {database}.items")
+    run(pipeline, engine)
+    mariadb.execute("UPDATE items SET v = 'killed' WHERE id < 100",
+                    "DELETE FROM items WHERE id > 450",
+                    "INSERT INTO items VALUES (1000, 'new', 0)", db=database)
+    recorded = checkpoint(engine, pipeline).table("items").silver_version
+    run_killed_at(pipeline, "silver.merged@1")
+    silver = DeltaTable(silver_path(pipeline, "items"))
+    assert silver.version() == recorded + 1
+    assert silver.history(1)[0]["clientVersion"].startswith("delta-rs")  # merged in-process
+    assert checkpoint(engine, pipeline).table("items").silver_version == recorded
+    mariadb.execute("UPDATE items SET n = -n WHERE id % 7 = 0", "DELETE FROM items WHERE id = 5",
+                    db=database)
+    run(pipeline, engine)
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
