@@ -145,6 +145,26 @@ def test_pattern_must_match_whole_name():
     assert not table.matches("shop2", "orders_1")
 
 
+def test_matching_finds_what_matches_finds():
+    """`matching` (literal sources by lookup) lists, per table, exactly the names its `matches`
+    accepts, in the order given: case-insensitive literals, backticks, patterns."""
+    from hypothesis import given, strategies as st
+
+    from cdc_sql.config.model import Table, matching
+
+    name = st.sampled_from(["a", "A", "b", "a.b", "x`y", "orders_1", "Orders_2"])
+    source = st.sampled_from(["a.b", "A.B", "`a.b`.a", "`x``y`.b", r"a\.orders_[0-9]+",
+                              r"(?i)a\..*", "b.orders_1"])
+
+    @given(st.lists(source, max_size=4), st.lists(st.tuples(name, name), max_size=12))
+    def check(sources, names):
+        specs = [Table(name=f"t{i}", source=s) for i, s in enumerate(sources)]
+        assert matching(specs, names) == [[n for n in names if spec.matches(*n)]
+                                          for spec in specs]
+
+    check()
+
+
 def test_cli_validate_offline_exit_codes(tmp_path, capsys):
     good = GOOD.replace("${PW}", "${PW:-x}")
     assert main(["validate", "--offline", str(write(tmp_path, good))]) == 0

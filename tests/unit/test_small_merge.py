@@ -1,0 +1,103 @@
+"""lake/small_merge.py's pure parts: which windows it takes, and its last-change rule."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, strategies as st
+
+from cdc_sql.config.model import Table
+from cdc_sql.lake.silver import Facts, plan_silver
+from cdc_sql.lake.small_merge import last_change_per_key, unsuitable
+from cdc_sql.planner import Window
+from cdc_sql.source.schema import Column, SourceTable, arrow_type
+
+SOURCE = SourceTable("db", "t", (Column("id", "int", "int", 10, 0, None, None),
+                                 Column("v", "varchar", "varchar(10)", None, None, None, 10)),
+                     ("id",))
+ENGINE = {"_cdc_offset": pa.string(), "_cdc_op": pa.string(),
+          "_cdc_ts": pa.timestamp("us", tz="UTC")}
+
+
+def plan(source=SOURCE, **spec):
+    return plan_silver(Table(name="t", source=source.qualified, **spec), [source], "p.yaml", 0)
+
+
+def facts(source=SOURCE, statements=(), **silver_changes):
+    """Facts of a table whose bronze and silver hold the source's columns (plus engine ones)."""
+    row = {c.name: arrow_type(c.spark_type) for c in source.columns}
+    bronze = {**row, **ENGINE}
+    silver = {**row, **ENGINE, **silver_changes}
+    return Facts({}, {source.qualified: bronze},
+                 {source.qualified: statements} if statements else {}, silver)
+
+
+CHANGES = Window("00001.000000000004:0", "00001.000000000009:0")
+
+
+def test_a_plain_window_is_merged_here():
+    assert unsuitable(plan(), CHANGES, facts()) is None
+
+
+@pytest.mark.parametrize("case, expected", [
+    (lambda: (plan(projection="SELECT id FROM t"), CHANGES, facts()), "not a plain table"),
+    (lambda: (plan(history=True), CHANGES, facts()), "not a plain table"),
+    (lambda: (plan(), replace(CHANGES, first=True), facts()), "snapshot rows"),
+    (lambda: (plan(), replace(CHANGES, splits={}), facts()), "snapshot rows"),
+    (lambda: (plan(), replace(CHANGES, replace=True), facts()), "snapshot rows"),
+    (lambda: (plan(), CHANGES, facts(statements=(("ddl", "o", None, "ALTER TABLE t"),))),
+     "a DDL statement"),
+    (lambda: (plan(), CHANGES, facts(v=pa.int64())), "silver's columns differ"),
+    (lambda: (plan(), CHANGES, facts(extra=pa.string())), "silver's columns differ"),
+])
+def test_windows_the_engine_must_merge(case, expected):
+    assert expected in unsuitable(*case())
+
+
+def test_bronze_columns_unlike_the_source_go_to_the_engine():
+    widened = SourceTable("db", "t", (SOURCE.columns[0],
+                                      Column("v", "varchar", "varchar(10)", None, None, None, 10),
+                                      Column("w", "int", "int", 10, 0, None, None)), ("id",))
+    assert "bronze's columns differ" in unsuitable(plan(widened), CHANGES, facts())
+
+
+def test_temporal_nullable_and_wide_decimal_keys_go_to_the_engine():
+    dated = SourceTable("db", "t", (Column("d", "date", "date", None, None, None, None),
+                                    SOURCE.columns[1]), ("d",))
+    assert "temporal" in unsuitable(plan(dated), CHANGES, facts(dated))
+    nullable = replace(SOURCE, key_nullable=True)
+    assert "nullable" in unsuitable(plan(nullable), CHANGES, facts(nullable))
+    wide = SourceTable("db", "t", (SOURCE.columns[0],
+                                   Column("m", "decimal", "decimal(30,2)", 30, 2, None, None)),
+                       ("id",))
+    assert "decimals" in unsuitable(plan(wide), CHANGES, facts(wide))
+
+
+def reference(rows: list[tuple[int, str, bool, int]]) -> dict[int, int]:
+    """silver_changes.sql's rule over (key, offset, remove, row number): per key the row of the
+    highest offset, at equal offsets an upsert before a removal; -> key: row number."""
+    best: dict[int, tuple] = {}
+    for key, offset, remove, n in rows:
+        rank = (offset, not remove)
+        if key not in best or rank >= best[key][0]:
+            best[key] = (rank, n)
+    return {key: n for key, (_, n) in best.items()}
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c"]), st.booleans()),
+                max_size=40))
+def test_last_change_per_key_follows_the_sql_rule(changes):
+    # at one offset a key has at most one removal and one upsert (an UPDATE of its key)
+    seen, rows = set(), []
+    for key, offset, remove in changes:
+        if (key, offset, remove) not in seen:
+            seen.add((key, offset, remove))
+            rows.append((key, offset, remove, len(rows)))
+    table = pa.table({"id": [r[0] for r in rows], "_cdc_offset": [r[1] for r in rows],
+                      "_cdc_remove": [r[2] for r in rows], "n": [r[3] for r in rows]},
+                     schema=pa.schema([("id", pa.int64()), ("_cdc_offset", pa.string()),
+                                       ("_cdc_remove", pa.bool_()), ("n", pa.int64())]))
+    last = last_change_per_key(table, ["id"])
+    assert dict(zip(last["id"].to_pylist(), last["n"].to_pylist())) == reference(rows)
+    assert last.column_names == table.column_names
