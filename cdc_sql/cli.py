@@ -14,6 +14,7 @@ from cdc_sql import engine
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError
+from cdc_sql.lake import small_merge
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (Facts, batch_steps, cascade_parents, cascade_warnings,
                                  describe, silver_plans, sources_by_table)
@@ -192,6 +193,11 @@ def _plan(args) -> int:
             print("-- the first batch (the snapshot rows and the changes up to :upto):")
             print(describe(batch_steps(lake, plan, first, Facts(), cascaded)))
             print("-- every later batch (the changes in (:after, :upto]):")
+            if small_merge.plan_unsuitable(plan) is None:
+                print(f"   (a window of at most {small_merge.MAX_CHANGES:,} changes, with no DDL "
+                      f"or TRUNCATE and the source's columns in bronze and silver, is merged "
+                      f"in this process by delta-rs with the same rule instead, where delta-rs "
+                      f"reaches the table)")
             print(describe(batch_steps(lake, plan, later, Facts(), cascaded)))
     return 0
 

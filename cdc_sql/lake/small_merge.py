@@ -32,12 +32,20 @@ log = logging.getLogger("cdc_sql")
 MAX_CHANGES = 20_000  # past it, the engine's MERGE is as fast and runs on every core
 
 
-def unsuitable(plan, window: Window, facts) -> str | None:
-    """Why the window must go through the engine's SQL; None when it may be merged here."""
+def plan_unsuitable(plan) -> str | None:
+    """Why no window of the table may be merged here; None when small ones may."""
     if not plan.as_is or plan.spec.history or plan.cascades:
         return "not a plain table (a projection, shards, history or cascades)"
     if plan.key_texts or plan.key_nullable:
         return "temporal or nullable key columns"
+    return None
+
+
+def unsuitable(plan, window: Window, facts) -> str | None:
+    """Why the window must go through the engine's SQL; None when it may be merged here."""
+    reason = plan_unsuitable(plan)
+    if reason is not None:
+        return reason
     if window.first or window.replace or window.splits is not None:
         return "snapshot rows in the window"
     source = plan.sources[0]

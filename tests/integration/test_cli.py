@@ -24,6 +24,14 @@ def test_plan_shows_splits_and_sql(pipeline, capsys):
     assert "3 snapshot splits" in out and "split 0: [None, (1001,))" in out
     assert "MERGE INTO delta.`" in out and "LEFT ANTI JOIN `cdc_candidates_big` AS later" in out
     assert "COALESCE(`amount` > 10, FALSE)" in out
+    assert "by delta-rs" not in out  # a projection: every batch through the engine
+
+
+def test_plan_says_small_windows_of_a_plain_table_are_merged_in_process(
+        pipeline, database, make_pipeline, capsys):
+    plain = make_pipeline(f"- name: plain\n  source: {database}.o")
+    assert main(["plan", plain.file]) == 0
+    assert "at most 20,000 changes" in capsys.readouterr().out
 
 
 def test_run_then_status_json_and_metrics(pipeline, mariadb, capsys):
