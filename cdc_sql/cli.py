@@ -194,9 +194,10 @@ def _plan(args) -> int:
             print(describe(batch_steps(lake, plan, first, Facts(), cascaded)))
             print("-- every later batch (the changes in (:after, :upto]):")
             if small_merge.plan_unsuitable(plan) is None:
-                print(f"   (a window of at most {small_merge.MAX_CHANGES:,} changes, with no DDL "
-                      f"or TRUNCATE and the source's columns in bronze and silver, is merged "
-                      f"in this process by delta-rs with the same rule instead, where delta-rs "
+                print(f"   (a window with no DDL or TRUNCATE, the source's columns in bronze "
+                      f"and silver, and a MERGE that fits in "
+                      f"{small_merge.MEMORY_BUDGET // 2**20} MB by the file sizes, is merged in "
+                      f"this process by delta-rs with the same rule instead, where delta-rs "
                       f"reaches the table)")
             print(describe(batch_steps(lake, plan, later, Facts(), cascaded)))
     return 0

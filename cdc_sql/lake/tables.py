@@ -90,6 +90,7 @@ class TableOps(Protocol):
     def cluster(self, path: str, columns: list[str]) -> None: ...
     def key_ranges(self, path: str, column: str) -> list[tuple] | None: ...
     def merges_here(self, path: str) -> bool: ...
+    def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int: ...
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
                       columns: list[str]) -> None: ...
 
@@ -436,6 +437,21 @@ class DeltaRsTables:
             set(protocol.reader_features or ()) <= {"timestampNtz"} and \
             set(protocol.writer_features or ()) <= {"timestampNtz", "invariants"}
 
+    def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
+        """Bytes of the table's data files; `within` (column, after, upto): only of the files
+        that may hold rows with after < column <= upto by their statistics (a file without
+        statistics on the column counts)."""
+        with self._table(path) as table:
+            actions = pa.table(table.get_add_actions(flatten=True))
+        sizes = actions.column("size_bytes").to_pylist()
+        if within is None or f"min.{within[0]}" not in actions.column_names:
+            return sum(sizes)
+        column, after, upto = within
+        lows = actions.column(f"min.{column}").to_pylist()
+        highs = actions.column(f"max.{column}").to_pylist()
+        return sum(size for size, low, high in zip(sizes, lows, highs)
+                   if low is None or high is None or (low <= upto and high > after))
+
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
                       columns: list[str]) -> None:
         """silver_merge.sql's MERGE of the last change per key (`changes`: `columns` and
@@ -555,6 +571,9 @@ class SparkTables:
 
     def merges_here(self, path: str) -> bool:
         return False  # the engine's storage: only its own MERGE
+
+    def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
 
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
                       columns: list[str]) -> None:

@@ -31,7 +31,7 @@ def test_plan_says_small_windows_of_a_plain_table_are_merged_in_process(
         pipeline, database, make_pipeline, capsys):
     plain = make_pipeline(f"- name: plain\n  source: {database}.o")
     assert main(["plan", plain.file]) == 0
-    assert "at most 20,000 changes" in capsys.readouterr().out
+    assert "fits in 512 MB" in capsys.readouterr().out
 
 
 def test_run_then_status_json_and_metrics(pipeline, mariadb, capsys):

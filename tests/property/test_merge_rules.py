@@ -379,7 +379,7 @@ def test_small_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lak
         for _ in range(1 + data.draw(st.integers(0, 1))):  # sometimes replayed
             merge_window(lakes[0], plan, Window(applied, boundary(u)))
             with monkeypatch.context() as patch:
-                patch.setattr(small_merge, "MAX_CHANGES", -1)
+                patch.setattr(small_merge, "MEMORY_BUDGET", -1)
                 merge_window(lakes[1], plan, Window(applied, boundary(u)))
         here, there = (engine.read(lake.silver_path("t")).orderBy("id") for lake in lakes)
         assert_df_equality(here, there, ignore_nullable=True)

@@ -101,3 +101,29 @@ def test_last_change_per_key_follows_the_sql_rule(changes):
     last = last_change_per_key(table, ["id"])
     assert dict(zip(last["id"].to_pylist(), last["n"].to_pylist())) == reference(rows)
     assert last.column_names == table.column_names
+
+
+def test_the_memory_budget_counts_changes_and_silver():
+    from cdc_sql.lake import small_merge
+
+    silver = 10 * 2**20
+    room = small_merge.MEMORY_BUDGET - small_merge.MERGE_PER_SILVER_BYTE * silver
+    assert small_merge.fits(room, silver) and not small_merge.fits(room + 1, silver)
+    assert not small_merge.fits(0, small_merge.MEMORY_BUDGET)
+
+
+def test_file_bytes_of_a_window_counts_the_files_it_may_touch(tmp_path):
+    from deltalake import DeltaTable, write_deltalake
+
+    from cdc_sql.lake.tables import DeltaRsTables
+
+    path = str(tmp_path / "changes")
+    for offsets in (["a1", "a5"], ["b1", "b2"], ["c1", "c9"]):
+        write_deltalake(path, pa.table({"_cdc_offset": offsets, "v": [1, 2]}), mode="append")
+    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    size = dict(zip(actions["min._cdc_offset"].to_pylist(), actions["size_bytes"].to_pylist()))
+    tables = DeltaRsTables()
+    assert tables.file_bytes(path) == sum(size.values())
+    assert tables.file_bytes(path, ("_cdc_offset", "a5", "b2")) == size["b1"]
+    assert tables.file_bytes(path, ("_cdc_offset", "a4", "c1")) == sum(size.values())
+    assert tables.file_bytes(path, ("_cdc_offset", "c9", "d")) == 0
