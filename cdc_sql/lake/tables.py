@@ -433,9 +433,10 @@ class DeltaRsTables:
         vectors, column mapping, ...: a table an engine created with its own defaults)."""
         with self._table(path) as table:
             protocol = table.protocol()
+            append_only = table.metadata().configuration.get("delta.appendOnly") == "true"
         return protocol.min_reader_version <= 3 and protocol.min_writer_version <= 7 and \
-            set(protocol.reader_features or ()) <= {"timestampNtz"} and \
-            set(protocol.writer_features or ()) <= {"timestampNtz", "invariants"}
+            not append_only and set(protocol.reader_features or ()) <= {"timestampNtz"} and \
+            set(protocol.writer_features or ()) <= {"timestampNtz", "invariants", "appendOnly"}
 
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
         """Bytes of the table's data files; `within` (column, after, upto): only of the files

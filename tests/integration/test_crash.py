@@ -132,13 +132,16 @@ def test_a_kill_after_an_in_process_merge_replays_the_window(mariadb, database, 
 
     from tests.integration.test_cascades import run_killed_at
 
-    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
-                    "INSERT INTO items SELECT seq, 'v', seq FROM seq_1_to_500", db=database)
+    # a DATETIME column: Sail gives silver the timestampNtz feature (delta-rs writes it too)
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT, "
+                    "at DATETIME(6))",
+                    "INSERT INTO items SELECT seq, 'v', seq, '2024-01-02 03:04:05.678901' "
+                    "FROM seq_1_to_500", db=database)
     pipeline = make_pipeline(f"- name: items\n  source: {database}.items")
     run(pipeline, engine)
     mariadb.execute("UPDATE items SET v = 'killed' WHERE id < 100",
                     "DELETE FROM items WHERE id > 450",
-                    "INSERT INTO items VALUES (1000, 'new', 0)", db=database)
+                    "INSERT INTO items VALUES (1000, 'new', 0, NOW(6))", db=database)
     recorded = checkpoint(engine, pipeline).table("items").silver_version
     run_killed_at(pipeline, "silver.merged@1")
     silver = DeltaTable(silver_path(pipeline, "items"))
