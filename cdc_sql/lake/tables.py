@@ -43,6 +43,7 @@ RESNAPSHOT_MARK = "cdc-sql: re-snapshot"  # of a silver table replaced by a re-s
 OWN_MERGE = "cdc-sql: merge"
 _OWN_MERGE_GUARDS = ("_cdc_offset", "_cdc_valid_from")
 _MAX_SLICE_BYTES = 32 * 2**20
+STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
 
 
 def storage(path: str) -> str:
@@ -196,14 +197,20 @@ def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Sc
 
 
 def stats_configuration(schema: pa.Schema) -> dict | None:
-    """Keep decimals wider than 64 bits out of file statistics: delta-rs 1.6 writes their
-    min/max clamped to 2^63-1, which breaks data skipping, and Sail 0.7 then even reads a
-    column whose min equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1)."""
+    """Which columns get file statistics, when Delta's default (the first 32) will not do:
+
+    - decimals wider than 64 bits get none: delta-rs 1.6 writes their min/max clamped to
+      2^63-1, which breaks data skipping, and Sail 0.7 then even reads a column whose min
+      equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1);
+    - past 32 columns, cdc-sql's own `_cdc_*` columns come first (windows are read by
+      `_cdc_offset`, snapshot rows by split), then the others in order up to 32."""
     wide = {f.name for f in schema if pa.types.is_decimal(f.type) and f.type.precision > 18}
-    if not wide:
+    if not wide and len(schema) <= STATS_COLUMNS:
         return None
-    kept = ",".join(quote(f.name) for f in schema if f.name not in wide)
-    return {"delta.dataSkippingStatsColumns": kept}
+    names = [f.name for f in schema if f.name not in wide]
+    own = [n for n in names if n.startswith("_cdc_")]
+    kept = own + [n for n in names if not n.startswith("_cdc_")][:max(0, STATS_COLUMNS - len(own))]
+    return {"delta.dataSkippingStatsColumns": ",".join(quote(n) for n in kept)}
 
 
 def stats_properties(schema) -> dict:

@@ -127,3 +127,19 @@ def test_file_bytes_of_a_window_counts_the_files_it_may_touch(tmp_path):
     assert tables.file_bytes(path, ("_cdc_offset", "a5", "b2")) == size["b1"]
     assert tables.file_bytes(path, ("_cdc_offset", "a4", "c1")) == sum(size.values())
     assert tables.file_bytes(path, ("_cdc_offset", "c9", "d")) == 0
+
+
+def test_statistics_cover_the_offset_of_tables_past_32_columns():
+    """Windows are read by `_cdc_offset` (by Sail, and here to size a window): a table of more
+    than 32 columns must still have its statistics, and wide decimals never."""
+    from cdc_sql.lake.tables import stats_configuration
+
+    narrow = pa.schema([("id", pa.int64()), ("_cdc_offset", pa.string())])
+    assert stats_configuration(narrow) is None
+    many = pa.schema([(f"c{i}", pa.int32()) for i in range(40)] +
+                     [("_cdc_offset", pa.string()), ("_cdc_op", pa.string())])
+    kept = stats_configuration(many)["delta.dataSkippingStatsColumns"].split(",")
+    assert kept == ["`_cdc_offset`", "`_cdc_op`"] + [f"`c{i}`" for i in range(30)]
+    wide = pa.schema([("id", pa.int64()), ("d", pa.decimal128(30, 2)),
+                      ("_cdc_offset", pa.string())])
+    assert stats_configuration(wide) == {"delta.dataSkippingStatsColumns": "`_cdc_offset`,`id`"}
