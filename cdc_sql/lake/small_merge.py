@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +37,12 @@ MEMORY_BUDGET = 512 * 2**20
 # Measured (delta-rs 1.6, 7-column tables): a window's changes take 3-4x their Parquet bytes in
 # Arrow; a MERGE holds 5-9x the Parquet bytes of the silver table it rewrites (250k changes into
 # 43 MB of silver: 380 MB; into 210 MB: 1.5 GB).
+# Past it, the engine writes silver's first version faster, on every core (2M rows, 85 MB in
+# bronze: Sail 0.8 s, delta-rs 1.2 s; 500k rows, even); below it, a table costs delta-rs
+# milliseconds where the engine takes a quarter of a second.
+SNAPSHOT_BYTES = 16 * 2**20
+ENGINE_TYPES = {"_cdc_offset": pa.string(), "_cdc_op": pa.string(),
+                "_cdc_ts": pa.timestamp("us", tz="UTC")}
 ARROW_PER_PARQUET_BYTE = 4
 MERGE_PER_SILVER_BYTE = 9
 
@@ -54,21 +61,28 @@ def unsuitable(plan, window: Window, facts) -> str | None:
     reason = plan_unsuitable(plan)
     if reason is not None:
         return reason
-    if window.first or window.replace or window.splits is not None:
-        return "snapshot rows in the window"
+    if window.replace or (window.splits is not None and not window.first):
+        return "a re-snapshot, or snapshot rows in a later window"
     source = plan.sources[0]
     if facts.statements.get(source.qualified):
         return "a DDL statement or TRUNCATE in the window"
-    bronze = facts.changes_columns.get(source.qualified)
     expected = {c.name: arrow_type(c.spark_type) for c in source.columns}
-    if bronze is None or any(bronze.get(name) != t for name, t in expected.items()):
-        return "bronze's columns differ from the source's"
-    if set(facts.silver_types) != set(plan.columns) or any(
-            facts.silver_types[name] != bronze.get(name) for name in plan.columns):
-        return "silver's columns differ from bronze's"
     if any(pa.types.is_decimal(t) and t.precision > 18 for t in expected.values()):
         return "decimals wider than 64 bits"
+    if window.first and not _holds(facts.snapshot_columns.get(source.qualified), expected):
+        return "bronze's snapshot columns differ from the source's"
+    bronze = facts.changes_columns.get(source.qualified)
+    if not (bronze is None and window.first) and not _holds(bronze, expected):
+        return "bronze's columns differ from the source's"
+    if window.first and not facts.silver_types:
+        return None  # silver is created here
+    if facts.silver_types != {f.name: f.type for f in silver_schema(plan)}:
+        return "silver's columns differ from the source's"
     return None
+
+
+def _holds(bronze: dict | None, expected: dict) -> bool:
+    return bronze is not None and all(bronze.get(name) == t for name, t in expected.items())
 
 
 def fits(changes_bytes: int, silver_bytes: int) -> bool:
@@ -103,20 +117,35 @@ def _digits(text: pa.ChunkedArray, start: int, stop: int) -> pa.ChunkedArray:
 
 def merged(lake, plan, window: Window, facts) -> bool:
     """Carry the window out here when it may be (see the module's docstring); False when the
-    engine's SQL must."""
+    engine's SQL must (it then finds silver created, if this created it)."""
     reason = unsuitable(plan, window, facts)
     silver = lake.silver_path(plan.spec.name)
     if reason is None and not lake.tables.merges_here(silver):
         reason = "delta-rs cannot write this table (or does not reach it)"
+    if reason is not None:
+        log.debug("silver %s: merged by the engine: %s", plan.spec.name, reason)
+        return False
     source = plan.sources[0]
+    if window.first and not lake.tables.exists(silver):
+        if lake.tables.file_bytes(lake.snapshot_path(source.db, source.name)) > SNAPSHOT_BYTES:
+            log.debug("silver %s: created by the engine: a large snapshot", plan.spec.name)
+            return False
+        started = time.perf_counter()
+        schema = silver_schema(plan)
+        lake.tables.append_arrow(silver, snapshot_rows(lake, source, window, schema), schema)
+        faults.point("silver.snapshot_written")
+        log.debug("silver %s: the snapshot rows, written into silver as it is created, by "
+                  "delta-rs in %.3fs", plan.spec.name, time.perf_counter() - started)
     changes_path = lake.changes_path(source.db, source.name)
-    if reason is None:
-        silver_bytes = lake.tables.file_bytes(silver)
-        within = ("_cdc_offset", window.after, window.upto)
-        if not fits(ARROW_PER_PARQUET_BYTE * lake.tables.file_bytes(changes_path, within),
-                    silver_bytes):
-            reason = "past the memory budget (by bronze's and silver's file sizes)"
-    if reason is None:
+    if source.qualified not in facts.changes_columns:
+        faults.point("silver.merged")
+        return True  # nothing captured yet (snapshot-only)
+    silver_bytes = lake.tables.file_bytes(silver)
+    within = ("_cdc_offset", window.after, window.upto)
+    if not fits(ARROW_PER_PARQUET_BYTE * lake.tables.file_bytes(changes_path, within),
+                silver_bytes):
+        reason = "past the memory budget (by bronze's and silver's file sizes)"
+    else:
         started = time.perf_counter()
         changes = lake.tables.read_arrow(
             changes_path, list(plan.columns),
@@ -138,3 +167,36 @@ def merged(lake, plan, window: Window, facts) -> bool:
                   last.num_rows, read - started, picked - read, time.perf_counter() - picked)
     faults.point("silver.merged")
     return True
+
+
+def silver_schema(plan) -> pa.Schema:
+    """The columns silver is created with: the source's, then cdc-sql's (all nullable, as an
+    engine creates them)."""
+    source = plan.sources[0]
+    return pa.schema([pa.field(c.name, arrow_type(c.spark_type)) for c in source.columns] +
+                     [pa.field(name, ENGINE_TYPES[name]) for name in ENGINE_TYPES])
+
+
+def snapshot_rows(lake, source, window: Window, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The snapshot rows of the window's done splits (each split's state-recorded attempt),
+    each placed at its split's watermark (snapshot_images.sql): streamed group by group in
+    split order, so silver's files keep the groups' key ranges. Bronze is opened here, before
+    the write that consumes the stream."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for split_id, attempt, watermark in sorted(window.splits.get(source.qualified, ())):
+        groups.setdefault(attempt, []).append((split_id, watermark))
+    columns = [c.name for c in source.columns]
+    path = lake.snapshot_path(source.db, source.name)
+    readers = []
+    for attempt, splits in groups.items():
+        ids = pa.array([i for i, _ in splits], pa.int32())
+        marks = pa.array([w for _, w in splits], pa.string())
+        readers.append((lake.tables.scan(path, [*columns, "_cdc_split_id", "_cdc_read_at"],
+                                         [("_cdc_attempt", "=", attempt),
+                                          ("_cdc_split_id", "IN", ids.to_pylist())]),
+                        ids, marks))
+    return (pa.RecordBatch.from_arrays(
+        [*(batch.column(c) for c in columns),
+         pc.take(marks, pc.index_in(batch.column("_cdc_split_id"), value_set=ids)),
+         pa.repeat(pa.scalar("r"), batch.num_rows), batch.column("_cdc_read_at")], schema=schema)
+        for reader, ids, marks in readers for batch in reader)

@@ -80,6 +80,8 @@ class TableOps(Protocol):
                      schema: pa.Schema, schema_mode: str | None = None) -> None: ...
     def read_arrow(self, path: str, columns: list[str] | None = None,
                    where: list[tuple[str, str, object]] | None = None) -> pa.Table: ...
+    def scan(self, path: str, columns: list[str],
+             where: list[tuple[str, str, object]]) -> pa.RecordBatchReader: ...
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None: ...
     def reset(self, path: str, schema: pa.Schema) -> None: ...
     def add_columns(self, path: str, fields: list) -> None: ...
@@ -300,7 +302,9 @@ class DeltaRsTables:
                 from deltalake import DeltaTable
 
                 self._allow_ntz(DeltaTable(str(path)), schema)
-            append_with_delta_rs(path, batches, schema, schema_mode=schema_mode)
+            created = None if self.exists(path) else stats_configuration(schema)
+            append_with_delta_rs(path, batches, schema, schema_mode=schema_mode,
+                                 configuration=created)
             return
         with self._table(path) as table:
             if schema_mode == "merge":
@@ -313,6 +317,18 @@ class DeltaRsTables:
         their statistics)."""
         with self._table(path) as table:
             return table.to_pyarrow_table(columns=columns, filters=where or None)
+
+    def scan(self, path: str, columns: list[str],
+             where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:
+        """The rows of `read_arrow` as a stream (memory follows a few batches), opened now:
+        a delta-rs call from inside another delta-rs write (a stream it consumes) panics."""
+        import pyarrow.parquet as pq
+
+        with self._table(path) as table:
+            dataset = table.to_pyarrow_dataset()
+        condition = pq.filters_to_expression(
+            [(c, "in" if op == "IN" else op, v) for c, op, v in where])
+        return dataset.scanner(columns=columns, filter=condition).to_reader()
 
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
         from deltalake import write_deltalake
@@ -437,7 +453,10 @@ class DeltaRsTables:
 
     def merges_here(self, path: str) -> bool:
         """Whether delta-rs may MERGE into the table: no feature it cannot write (deletion
-        vectors, column mapping, ...: a table an engine created with its own defaults)."""
+        vectors, column mapping, ...: a table an engine created with its own defaults); a
+        table not there yet delta-rs creates."""
+        if not self.exists(path):
+            return True
         with self._table(path) as table:
             protocol = table.protocol()
             append_only = table.metadata().configuration.get("delta.appendOnly") == "true"
@@ -581,6 +600,10 @@ class SparkTables:
         return False  # the engine's storage: only its own MERGE
 
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
+    def scan(self, path: str, columns: list[str],
+             where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],

@@ -24,28 +24,35 @@ def plan(source=SOURCE, **spec):
     return plan_silver(Table(name="t", source=source.qualified, **spec), [source], "p.yaml", 0)
 
 
-def facts(source=SOURCE, statements=(), **silver_changes):
+def facts(source=SOURCE, statements=(), snapshot=None, silver=True, **silver_changes):
     """Facts of a table whose bronze and silver hold the source's columns (plus engine ones)."""
     row = {c.name: arrow_type(c.spark_type) for c in source.columns}
     bronze = {**row, **ENGINE}
-    silver = {**row, **ENGINE, **silver_changes}
-    return Facts({}, {source.qualified: bronze},
+    snapshot = {**row, "_cdc_split_id": pa.int32()} if snapshot is None else snapshot
+    silver = {**row, **ENGINE, **silver_changes} if silver else {}
+    return Facts({source.qualified: snapshot}, {source.qualified: bronze},
                  {source.qualified: statements} if statements else {}, silver)
 
 
 CHANGES = Window("00001.000000000004:0", "00001.000000000009:0")
 
 
+FIRST = Window("", "00001.000000000009:0", {"db.t": ((0, "a1", "00001.000000000002:0"),)},
+               first=True)
+
+
 def test_a_plain_window_is_merged_here():
     assert unsuitable(plan(), CHANGES, facts()) is None
+    assert unsuitable(plan(), FIRST, facts(silver=False)) is None  # silver is created here
+    assert unsuitable(plan(), FIRST, facts()) is None  # a replay: silver was created
 
 
 @pytest.mark.parametrize("case, expected", [
     (lambda: (plan(projection="SELECT id FROM t"), CHANGES, facts()), "not a plain table"),
     (lambda: (plan(history=True), CHANGES, facts()), "not a plain table"),
-    (lambda: (plan(), replace(CHANGES, first=True), facts()), "snapshot rows"),
-    (lambda: (plan(), replace(CHANGES, splits={}), facts()), "snapshot rows"),
-    (lambda: (plan(), replace(CHANGES, replace=True), facts()), "snapshot rows"),
+    (lambda: (plan(), replace(CHANGES, splits={}), facts()), "snapshot rows in a later"),
+    (lambda: (plan(), replace(FIRST, replace=True), facts()), "a re-snapshot"),
+    (lambda: (plan(), FIRST, facts(snapshot={"id": pa.int32()})), "snapshot columns differ"),
     (lambda: (plan(), CHANGES, facts(statements=(("ddl", "o", None, "ALTER TABLE t"),))),
      "a DDL statement"),
     (lambda: (plan(), CHANGES, facts(v=pa.int64())), "silver's columns differ"),
