@@ -8,16 +8,20 @@ into 10M rows: 2.6 s against 7.9 s), at a memory cost that follows silver's size
 of a table silver holds as it is (one source table, no projection, no history, no cascades)
 whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with delta-rs, the
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
-and one delta-rs MERGE with the conditions of silver_merge.sql. Everything else about the batch
-is unchanged: the window, the state commit after the MERGE, the replay of a window after a
-crash (the offset guard makes it harmless here too), the hand-change check (the commit is a
-MERGE on `_cdc_offset`, recognised as cdc-sql's own).
+and one delta-rs MERGE with the conditions of silver_merge.sql. A first window whose snapshot
+is small (SNAPSHOT_BYTES) also creates silver here, with the snapshot rows placed at their
+splits' watermarks (snapshot_images.sql) in the creating commit, as the engine does; its
+changes are then merged like any window's. Everything else about the batch is unchanged: the
+window, the state commit after the MERGE, the replay of a window after a crash (the offset
+guard makes it harmless here too; a silver already created is not written again), the
+hand-change check (the commit is a MERGE on `_cdc_offset`, recognised as cdc-sql's own).
 
-Windows that need anything more go through the engine's SQL: a DDL statement or TRUNCATE in
-the window, bronze or silver columns that differ from the source's (a schema change being
-carried out), temporal key columns, keys that may be NULL, decimals wider than 64 bits (whose
-statistics delta-rs writes wrong), a table delta-rs cannot write (a feature it lacks), work
-past the budget, or a lake whose tables the engine alone reaches (`SparkTables`).
+Windows that need anything more go through the engine's SQL (which finds silver created, if
+this module created it): a DDL statement or TRUNCATE in the window, bronze or silver columns
+that differ from the source's (a schema change being carried out), temporal key columns, keys
+that may be NULL, decimals wider than 64 bits (whose statistics delta-rs writes wrong), a
+re-snapshot, a table delta-rs cannot write (a feature it lacks), work past the budget, a large
+snapshot, or a lake whose tables the engine alone reaches (`SparkTables`).
 """
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ MERGE_PER_SILVER_BYTE = 9
 
 
 def plan_unsuitable(plan) -> str | None:
-    """Why no window of the table may be merged here; None when small ones may."""
+    """Why no window of the table may be merged here; None when some may."""
     if not plan.as_is or plan.spec.history or plan.cascades:
         return "not a plain table (a projection, shards, history or cascades)"
     if plan.key_texts or plan.key_nullable:

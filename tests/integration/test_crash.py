@@ -152,3 +152,25 @@ def test_a_kill_after_an_in_process_merge_replays_the_window(mariadb, database, 
                     db=database)
     run(pipeline, engine)
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
+
+
+def test_a_kill_after_silver_is_created_in_process_then_equal(mariadb, database, engine,
+                                                              make_pipeline):
+    """A small table's first batch creates silver by delta-rs, all its snapshot rows in the
+    creating commit: killed right after it, the next run finds silver complete, merges only
+    the changes, and silver equals the source."""
+    from deltalake import DeltaTable
+
+    from tests.integration.test_cascades import run_killed_at
+
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), at DATETIME(6))",
+                    "INSERT INTO items SELECT seq, 'v', NOW(6) FROM seq_1_to_3000", db=database)
+    pipeline = make_pipeline(f"- name: items\n  source: {database}.items", chunk_size=700)
+    run_killed_at(pipeline, "silver.snapshot_written@1")
+    silver = DeltaTable(silver_path(pipeline, "items"))
+    assert silver.version() == 0 and silver.history()[-1]["clientVersion"].startswith("delta-rs")
+    assert silver.to_pyarrow_table().num_rows == 3000
+    mariadb.execute("UPDATE items SET v = 'after' WHERE id % 10 = 0",
+                    "DELETE FROM items WHERE id % 13 = 0", db=database)
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
