@@ -496,10 +496,11 @@ def run_batch(lake, plan: SilverPlan, window: Window, statements: list[tuple] | 
     """MERGE the window into silver, then into its history table when the pipeline keeps one.
     `cascaded`: the rows cascades changed (cascade_rows), of this window and maybe beyond."""
     started = time.monotonic()
-    facts = read_facts(lake, plan, window, statements)
-    log.debug("silver %s: facts in %.3fs", plan.spec.name, time.monotonic() - started)
-    if not cascaded and small_merge.merged(lake, plan, window, facts):
-        return
+    with lake.tables.pinned():  # nothing else writes silver or bronze until the engine's steps
+        facts = read_facts(lake, plan, window, statements)
+        log.debug("silver %s: facts in %.3fs", plan.spec.name, time.monotonic() - started)
+        if not cascaded and small_merge.merged(lake, plan, window, facts):
+            return
     nothing = False  # no change to merge into silver
     inside = []
     if cascaded:

@@ -25,8 +25,8 @@ import logging
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import Iterable, Protocol
+from contextlib import contextmanager, nullcontext
+from typing import ContextManager, Iterable, Protocol
 
 import pyarrow as pa
 
@@ -93,6 +93,7 @@ class TableOps(Protocol):
     def cluster(self, path: str, columns: list[str]) -> None: ...
     def key_ranges(self, path: str, column: str) -> list[tuple] | None: ...
     def merges_here(self, path: str) -> bool: ...
+    def pinned(self) -> ContextManager[None]: ...
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int: ...
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
                       columns: list[str]) -> None: ...
@@ -241,6 +242,18 @@ class DeltaRsTables:
     def __init__(self):
         self._open_tables: dict[str, list] = {}  # path -> [its lock, its DeltaTable or None]
         self._lock = threading.Lock()
+        self._local = threading.local()  # .refreshed: the paths `pinned` brought up to date
+
+    @contextmanager
+    def pinned(self):
+        """Within it, this thread brings each table up to date once, at its first use: for
+        work that reads the same tables several times and alone writes them (through these
+        open tables, which follow their own commits)."""
+        self._local.refreshed = set()
+        try:
+            yield
+        finally:
+            self._local.refreshed = None
 
     @contextmanager
     def _table(self, path: str):
@@ -249,14 +262,17 @@ class DeltaRsTables:
 
         with self._lock:
             entry = self._open_tables.setdefault(str(path), [threading.Lock(), None])
+        refreshed = getattr(self._local, "refreshed", None)
         with entry[0]:
-            if entry[1] is not None:
+            if entry[1] is not None and (refreshed is None or str(path) not in refreshed):
                 try:
                     entry[1].update_incremental()
                 except Exception:  # noqa: BLE001 - replaced (recreated, vacuumed): open anew
                     entry[1] = None
             if entry[1] is None:
                 entry[1] = DeltaTable(str(path))
+            if refreshed is not None:
+                refreshed.add(str(path))
             yield entry[1]
 
     def exists(self, path: str) -> bool:
@@ -598,6 +614,9 @@ class SparkTables:
 
     def merges_here(self, path: str) -> bool:
         return False  # the engine's storage: only its own MERGE
+
+    def pinned(self) -> ContextManager[None]:
+        return nullcontext()  # every read goes to the engine
 
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
         raise NotImplementedError("merges_here is False: nothing is merged here")
