@@ -41,14 +41,14 @@ MEMORY_BUDGET = 512 * 2**20
 # Measured (delta-rs 1.6, 7-column tables): a window's changes take 3-4x their Parquet bytes in
 # Arrow; a MERGE holds 5-9x the Parquet bytes of the silver table it rewrites (250k changes into
 # 43 MB of silver: 380 MB; into 210 MB: 1.5 GB).
+ARROW_PER_PARQUET_BYTE = 4
+MERGE_PER_SILVER_BYTE = 9
 # Past it, the engine writes silver's first version faster, on every core (2M rows, 85 MB in
 # bronze: Sail 0.8 s, delta-rs 1.2 s; 500k rows, even); below it, a table costs delta-rs
 # milliseconds where the engine takes a quarter of a second.
 SNAPSHOT_BYTES = 16 * 2**20
 ENGINE_TYPES = {"_cdc_offset": pa.string(), "_cdc_op": pa.string(),
                 "_cdc_ts": pa.timestamp("us", tz="UTC")}
-ARROW_PER_PARQUET_BYTE = 4
-MERGE_PER_SILVER_BYTE = 9
 
 
 def plan_unsuitable(plan) -> str | None:
@@ -126,51 +126,58 @@ def merged(lake, plan, window: Window, facts) -> bool:
     silver = lake.silver_path(plan.spec.name)
     if reason is None and not lake.tables.merges_here(silver):
         reason = "delta-rs cannot write this table (or does not reach it)"
+    if reason is None and window.first and not lake.tables.exists(silver):
+        reason = _create(lake, plan, window, silver)
+    if reason is None and plan.sources[0].qualified in facts.changes_columns:
+        reason = _merge_changes(lake, plan, window, silver)
     if reason is not None:
         log.debug("silver %s: merged by the engine: %s", plan.spec.name, reason)
         return False
+    faults.point("silver.merged")
+    return True
+
+
+def _create(lake, plan, window: Window, silver: str) -> str | None:
+    """Silver created with the window's snapshot rows, in one commit; why not, if not."""
     source = plan.sources[0]
-    if window.first and not lake.tables.exists(silver):
-        if lake.tables.file_bytes(lake.snapshot_path(source.db, source.name)) > SNAPSHOT_BYTES:
-            log.debug("silver %s: created by the engine: a large snapshot", plan.spec.name)
-            return False
-        started = time.perf_counter()
-        schema = silver_schema(plan)
-        lake.tables.append_arrow(silver, snapshot_rows(lake, source, window, schema), schema)
-        faults.point("silver.snapshot_written")
-        log.debug("silver %s: the snapshot rows, written into silver as it is created, by "
-                  "delta-rs in %.3fs", plan.spec.name, time.perf_counter() - started)
+    if lake.tables.file_bytes(lake.snapshot_path(source.db, source.name)) > SNAPSHOT_BYTES:
+        return "a large snapshot (silver is created by the engine)"
+    started = time.perf_counter()
+    schema = silver_schema(plan)
+    lake.tables.append_arrow(silver, snapshot_rows(lake, source, window, schema), schema)
+    faults.point("silver.snapshot_written")
+    log.debug("silver %s: the snapshot rows, written into silver as it is created, by delta-rs "
+              "in %.3fs", plan.spec.name, time.perf_counter() - started)
+    return None
+
+
+def _merge_changes(lake, plan, window: Window, silver: str) -> str | None:
+    """The window's changes, the last per key, MERGEd into silver; why not, if not."""
+    source = plan.sources[0]
     changes_path = lake.changes_path(source.db, source.name)
-    if source.qualified not in facts.changes_columns:
-        faults.point("silver.merged")
-        return True  # nothing captured yet (snapshot-only)
     silver_bytes = lake.tables.file_bytes(silver)
     within = ("_cdc_offset", window.after, window.upto)
     if not fits(ARROW_PER_PARQUET_BYTE * lake.tables.file_bytes(changes_path, within),
                 silver_bytes):
-        reason = "past the memory budget (by bronze's and silver's file sizes)"
-    else:
-        started = time.perf_counter()
-        changes = lake.tables.read_arrow(
-            changes_path, list(plan.columns),
-            where=[("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto)])
-        if not fits(changes.nbytes, silver_bytes):
-            reason = f"past the memory budget ({changes.num_rows} changes)"
-    if reason is not None:
-        log.debug("silver %s: merged by the engine: %s", plan.spec.name, reason)
-        return False
+        return "past the memory budget (by bronze's and silver's file sizes)"
+    started = time.perf_counter()
+    changes = lake.tables.read_arrow(
+        changes_path, list(plan.columns),
+        where=[("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto)])
+    if not fits(changes.nbytes, silver_bytes):
+        return f"past the memory budget ({changes.num_rows} changes)"
+    if changes.num_rows == 0:
+        return None
     read = time.perf_counter()
-    if changes.num_rows:
-        changes = changes.append_column("_cdc_remove", pc.equal(changes["_cdc_op"], "d"))
-        last = last_change_per_key(changes, list(plan.key))
-        faults.point("silver.staged")
-        picked = time.perf_counter()
-        lake.tables.merge_changes(silver, last, list(plan.key), list(plan.columns))
-        log.debug("silver %s: %d changes (%d keys) merged by delta-rs: read in %.3fs, the last "
-                  "per key in %.3fs, the MERGE in %.3fs", plan.spec.name, changes.num_rows,
-                  last.num_rows, read - started, picked - read, time.perf_counter() - picked)
-    faults.point("silver.merged")
-    return True
+    changes = changes.append_column("_cdc_remove", pc.equal(changes["_cdc_op"], "d"))
+    last = last_change_per_key(changes, list(plan.key))
+    faults.point("silver.staged")
+    picked = time.perf_counter()
+    lake.tables.merge_changes(silver, last, list(plan.key), list(plan.columns))
+    log.debug("silver %s: %d changes (%d keys) merged by delta-rs: read in %.3fs, the last per "
+              "key in %.3fs, the MERGE in %.3fs", plan.spec.name, changes.num_rows,
+              last.num_rows, read - started, picked - read, time.perf_counter() - picked)
+    return None
 
 
 def silver_schema(plan) -> pa.Schema:
