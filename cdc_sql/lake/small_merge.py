@@ -25,14 +25,16 @@ snapshot, or a lake whose tables the engine alone reaches (`SparkTables`).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_sql import faults
+from cdc_sql.lake.tables import storage
 from cdc_sql.planner import Window
 from cdc_sql.source.schema import arrow_type
 
@@ -43,9 +45,10 @@ MEMORY_BUDGET = 512 * 2**20
 # 43 MB of silver: 380 MB; into 210 MB: 1.5 GB).
 ARROW_PER_PARQUET_BYTE = 4
 MERGE_PER_SILVER_BYTE = 9
-# Past it, the engine writes silver's first version faster, on every core (2M rows, 85 MB in
-# bronze: Sail 0.8 s, delta-rs 1.2 s; 500k rows, even); below it, a table costs delta-rs
-# milliseconds where the engine takes a quarter of a second.
+# In an object store, past it, the engine writes silver's first version faster, on every core
+# (2M rows, 85 MB in bronze: Sail 0.8 s, one delta-rs stream 1.2 s; 500k rows, even); below
+# it, a table costs delta-rs milliseconds where the engine takes a quarter of a second. Local
+# tables are written in parallel here (lake/parquet_files.py), at any size.
 SNAPSHOT_BYTES = 16 * 2**20
 ENGINE_TYPES = {"_cdc_offset": pa.string(), "_cdc_op": pa.string(),
                 "_cdc_ts": pa.timestamp("us", tz="UTC")}
@@ -140,14 +143,15 @@ def merged(lake, plan, window: Window, facts) -> bool:
 def _create(lake, plan, window: Window, silver: str) -> str | None:
     """Silver created with the window's snapshot rows, in one commit; why not, if not."""
     source = plan.sources[0]
-    if lake.tables.file_bytes(lake.snapshot_path(source.db, source.name)) > SNAPSHOT_BYTES:
-        return "a large snapshot (silver is created by the engine)"
+    if storage(silver) != "local" and \
+            lake.tables.file_bytes(lake.snapshot_path(source.db, source.name)) > SNAPSHOT_BYTES:
+        return "a large snapshot in an object store (silver is created by the engine)"
     started = time.perf_counter()
     schema = silver_schema(plan)
-    lake.tables.append_arrow(silver, snapshot_rows(lake, source, window, schema), schema)
+    lake.tables.create_from_streams(silver, schema, snapshot_rows(lake, source, window, schema))
     faults.point("silver.snapshot_written")
-    log.debug("silver %s: the snapshot rows, written into silver as it is created, by delta-rs "
-              "in %.3fs", plan.spec.name, time.perf_counter() - started)
+    log.debug("silver %s: the snapshot rows, written into silver as it is created, in %.3fs",
+              plan.spec.name, time.perf_counter() - started)
     return None
 
 
@@ -188,26 +192,28 @@ def silver_schema(plan) -> pa.Schema:
                      [pa.field(name, ENGINE_TYPES[name]) for name in ENGINE_TYPES])
 
 
-def snapshot_rows(lake, source, window: Window, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def snapshot_rows(lake, source, window: Window,
+                  schema: pa.Schema) -> list[Callable[[], Iterator[pa.RecordBatch]]]:
     """The snapshot rows of the window's done splits (each split's state-recorded attempt),
-    each placed at its split's watermark (snapshot_images.sql): streamed group by group in
-    split order, so silver's files keep the groups' key ranges. Bronze is opened here, before
-    the write that consumes the stream."""
+    each placed at its split's watermark (snapshot_images.sql): a stream per group of splits
+    read together, in split order, so silver's files keep the groups' key ranges. Each stream
+    is opened when called (an open reader reads ahead: all of them at once held 1.5 GB)."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for split_id, attempt, watermark in sorted(window.splits.get(source.qualified, ())):
         groups.setdefault(attempt, []).append((split_id, watermark))
     columns = [c.name for c in source.columns]
     path = lake.snapshot_path(source.db, source.name)
-    readers = []
-    for attempt, splits in groups.items():
+
+    def group(attempt: str, splits: list[tuple[int, str]]) -> Iterator[pa.RecordBatch]:
         ids = pa.array([i for i, _ in splits], pa.int32())
         marks = pa.array([w for _, w in splits], pa.string())
-        readers.append((lake.tables.scan(path, [*columns, "_cdc_split_id", "_cdc_read_at"],
-                                         [("_cdc_attempt", "=", attempt),
-                                          ("_cdc_split_id", "IN", ids.to_pylist())]),
-                        ids, marks))
-    return (pa.RecordBatch.from_arrays(
-        [*(batch.column(c) for c in columns),
-         pc.take(marks, pc.index_in(batch.column("_cdc_split_id"), value_set=ids)),
-         pa.repeat(pa.scalar("r"), batch.num_rows), batch.column("_cdc_read_at")], schema=schema)
-        for reader, ids, marks in readers for batch in reader)
+        reader = lake.tables.scan(path, [*columns, "_cdc_split_id", "_cdc_read_at"],
+                                  [("_cdc_attempt", "=", attempt),
+                                   ("_cdc_split_id", "IN", ids.to_pylist())])
+        return (pa.RecordBatch.from_arrays(
+            [*(batch.column(c) for c in columns),
+             pc.take(marks, pc.index_in(batch.column("_cdc_split_id"), value_set=ids)),
+             pa.repeat(pa.scalar("r"), batch.num_rows), batch.column("_cdc_read_at")],
+            schema=schema) for batch in reader)
+
+    return [functools.partial(group, attempt, splits) for attempt, splits in groups.items()]

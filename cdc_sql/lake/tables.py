@@ -26,7 +26,7 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from typing import ContextManager, Iterable, Protocol
+from typing import Callable, ContextManager, Iterable, Protocol
 
 import pyarrow as pa
 
@@ -43,6 +43,7 @@ RESNAPSHOT_MARK = "cdc-sql: re-snapshot"  # of a silver table replaced by a re-s
 OWN_MERGE = "cdc-sql: merge"
 _OWN_MERGE_GUARDS = ("_cdc_offset", "_cdc_valid_from")
 _MAX_SLICE_BYTES = 32 * 2**20
+ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see writer_properties
 STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
 
 
@@ -82,6 +83,8 @@ class TableOps(Protocol):
                    where: list[tuple[str, str, object]] | None = None) -> pa.Table: ...
     def scan(self, path: str, columns: list[str],
              where: list[tuple[str, str, object]]) -> pa.RecordBatchReader: ...
+    def create_from_streams(self, path: str, schema: pa.Schema,
+                            streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None: ...
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None: ...
     def reset(self, path: str, schema: pa.Schema) -> None: ...
     def add_columns(self, path: str, fields: list) -> None: ...
@@ -181,7 +184,7 @@ def writer_properties():
     every Parquet reader cdc-sql targets (Spark, Sail, delta-rs)."""
     from deltalake import WriterProperties
 
-    return WriterProperties(compression="LZ4_RAW")
+    return WriterProperties(compression="LZ4_RAW", max_row_group_size=ROW_GROUP_ROWS)
 
 
 def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
@@ -342,15 +345,37 @@ class DeltaRsTables:
 
     def scan(self, path: str, columns: list[str],
              where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:
-        """The rows of `read_arrow` as a stream (memory follows a few batches), opened now:
+        """The rows of `read_arrow` as a stream (memory follows a few batches: the defaults
+        read 16 batches of 128k rows ahead of a slower consumer), opened now:
         a delta-rs call from inside another delta-rs write (a stream it consumes) panics."""
         import pyarrow.parquet as pq
 
         with self._table(path) as table:
-            dataset = table.to_pyarrow_dataset()
+            if storage(path) == "local":  # pyarrow's own file system: 1.6x delta-rs's here
+                from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
+
+                dataset = table.to_pyarrow_dataset(
+                    filesystem=SubTreeFileSystem(str(path), LocalFileSystem()))
+            else:
+                dataset = table.to_pyarrow_dataset()
         condition = pq.filters_to_expression(
             [(c, "in" if op == "IN" else op, v) for c, op, v in where])
-        return dataset.scanner(columns=columns, filter=condition).to_reader()
+        return dataset.scanner(columns=columns, filter=condition, batch_size=64 * 1024,
+                               batch_readahead=2, fragment_readahead=1).to_reader()
+
+    def create_from_streams(self, path: str, schema: pa.Schema,
+                            streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None:
+        """Create the table with the rows of `streams` (each opened when called), in one
+        commit: written in parallel by pyarrow on a local path (lake/parquet_files.py), else
+        streamed through delta-rs (all opened first: no delta-rs call from inside its write)."""
+        if storage(path) == "local":
+            from cdc_sql.lake import parquet_files
+
+            parquet_files.create_table(str(path), schema, streams,
+                                       configuration=stats_configuration(schema))
+            return
+        opened = [stream() for stream in streams]
+        self.append_arrow(path, (batch for stream in opened for batch in stream), schema)
 
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
         from deltalake import write_deltalake
@@ -629,6 +654,10 @@ class SparkTables:
 
     def scan(self, path: str, columns: list[str],
              where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
+    def create_from_streams(self, path: str, schema: pa.Schema,
+                            streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],

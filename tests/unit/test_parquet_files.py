@@ -1,0 +1,79 @@
+"""lake/parquet_files.py: tables created from Parquet files written here, with exact statistics."""
+from __future__ import annotations
+
+import decimal
+import functools
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from hypothesis import given, settings, strategies as st
+
+from cdc_sql.lake import parquet_files
+
+SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("d", pa.decimal128(12, 2)),
+                    ("t", pa.timestamp("us")), ("ts", pa.timestamp("us", tz="UTC"))])
+rows = st.tuples(st.integers(-2**63, 2**63 - 1), st.none() | st.text(max_size=8),
+                 st.none() | st.decimals(-10**9, 10**9, places=2),
+                 st.none() | st.integers(0, 2**50))
+
+
+def batch(values: list[tuple]) -> pa.RecordBatch:
+    ids, texts, decimals, times = zip(*values) if values else ([], [], [], [])
+    return pa.record_batch([pa.array(ids, pa.int64()), pa.array(texts, pa.string()),
+                            pa.array(decimals, pa.decimal128(12, 2)),
+                            pa.array(times, pa.timestamp("us")),
+                            pa.array(times, pa.timestamp("us", tz="UTC"))], schema=SCHEMA)
+
+
+@settings(deadline=None)
+@given(st.lists(st.lists(rows, max_size=20), min_size=1, max_size=4))
+def test_statistics_are_the_exact_bounds_and_null_counts(batches):
+    stats = parquet_files.Stats(SCHEMA)
+    for values in batches:
+        stats.add(batch(values))
+    found = json.loads(stats.json(), parse_float=decimal.Decimal)
+    every = [row for values in batches for row in values]
+    assert found["numRecords"] == len(every)
+    for i, name in enumerate(SCHEMA.names[:3]):
+        present = [row[i] for row in every if row[i] is not None]
+        assert found["nullCount"][name] == len(every) - len(present)
+        if present:
+            order = (lambda t: t.encode()) if name == "s" else None  # UTF-8 byte order
+            expected = (min(present, key=order), max(present, key=order))
+            assert (found["minValues"][name], found["maxValues"][name]) == expected
+        else:
+            assert name not in found["minValues"]
+    assert "t" not in found["minValues"] and "ts" not in found["maxValues"]  # no bounds
+
+
+def test_long_strings_leave_their_column_unbounded():
+    stats = parquet_files.Stats(SCHEMA)
+    stats.add(batch([(1, "a" * 65, None, None), (2, "b", None, None)]))
+    found = json.loads(stats.json())
+    assert "s" not in found["minValues"] and found["minValues"]["id"] == 1
+
+
+def test_a_table_created_from_streams_in_one_commit(tmp_path):
+    path = str(tmp_path / "t")
+
+    def stream(low: int):
+        return (batch([(i, f"v{i}", decimal.Decimal(i) / 4, i) for i in range(j, j + 500)])
+                for j in range(low, low + 3000, 500))
+
+    parquet_files.TARGET_ROWS, before = 1000, parquet_files.TARGET_ROWS
+    try:
+        parquet_files.create_table(path, SCHEMA, [functools.partial(stream, 0),
+                                                  functools.partial(stream, 3000)])
+    finally:
+        parquet_files.TARGET_ROWS = before
+    table = DeltaTable(path)
+    assert table.version() == 0 and "timestampNtz" in table.protocol().writer_features
+    rows = table.to_pyarrow_table()
+    assert sorted(rows["id"].to_pylist()) == list(range(6000))
+    actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
+    assert actions.num_rows == 6  # files of about TARGET_ROWS rows, in the streams' order
+    assert actions["min.id"].to_pylist() == list(range(0, 6000, 1000))
+    assert table.to_pyarrow_table(filters=[("id", ">=", 5500)]).num_rows == 500
+    assert pc.sum(actions["num_records"]).as_py() == 6000
