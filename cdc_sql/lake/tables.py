@@ -350,18 +350,23 @@ class DeltaRsTables:
         a delta-rs call from inside another delta-rs write (a stream it consumes) panics."""
         import pyarrow.parquet as pq
 
+        options = {}
         with self._table(path) as table:
             if storage(path) == "local":  # pyarrow's own file system: 1.6x delta-rs's here
+                from pyarrow.dataset import ParquetFragmentScanOptions
                 from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
 
                 dataset = table.to_pyarrow_dataset(
                     filesystem=SubTreeFileSystem(str(path), LocalFileSystem()))
+                # no coalesced read-ahead of row groups on a local disk: a 10M-row copy held
+                # 156 MB instead of 270 MB, and ran no slower
+                options["fragment_scan_options"] = ParquetFragmentScanOptions(pre_buffer=False)
             else:
                 dataset = table.to_pyarrow_dataset()
         condition = pq.filters_to_expression(
             [(c, "in" if op == "IN" else op, v) for c, op, v in where])
         return dataset.scanner(columns=columns, filter=condition, batch_size=64 * 1024,
-                               batch_readahead=2, fragment_readahead=1).to_reader()
+                               batch_readahead=2, fragment_readahead=1, **options).to_reader()
 
     def create_from_streams(self, path: str, schema: pa.Schema,
                             streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None:

@@ -156,16 +156,21 @@ def versions(initial, txns, marks, reads, bounds, upto: int, kept=lambda v: True
     return sorted(done + [(k, v, frm, None) for k, (v, frm) in open_.items()])
 
 
+def drawn_splits(data, last: int, first: int = -1) -> tuple[list[tuple[int, int]], list[int]]:
+    """Splits: cut points in key space (key bounds), each with its own watermark (the index of
+    the last transaction before it, from `first`; -1 for none)."""
+    cuts = sorted(data.draw(st.sets(st.integers(2, KEYS), max_size=3)))
+    bounds = list(zip([1, *cuts], [*cuts, KEYS + 1]))
+    return bounds, [data.draw(st.integers(first, last)) for _ in bounds]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), history=histories())
 def test_silver_equals_model_after_every_batch(engine, new_lake, data, history):
     initial, txns = history
     model = states(initial, txns)
     last = len(txns) - 1
-    # splits: cut points in key space, each with its own watermark (a transaction boundary)
-    cuts = sorted(data.draw(st.sets(st.integers(2, KEYS), max_size=3)))
-    bounds = list(zip([1, *cuts], [*cuts, KEYS + 1]))
-    marks = [data.draw(st.integers(-1, last)) for _ in bounds]
+    bounds, marks = drawn_splits(data, last)
     # a reader outside the watermark's snapshot (connectorx) may see later transactions: each
     # split's rows are the table as of a read point at or after its watermark
     reads = [data.draw(st.integers(mark, last)) for mark in marks]
@@ -323,9 +328,7 @@ def test_a_resnapshot_replaces_any_silver_with_the_model(engine, new_lake, data,
 
     start = data.draw(st.integers(-1, last))  # the re-snapshot's start S
     bronze.reset(lake, TABLE)
-    cuts = sorted(data.draw(st.sets(st.integers(2, KEYS), max_size=3)))
-    bounds = list(zip([1, *cuts], [*cuts, KEYS + 1]))
-    marks = [data.draw(st.integers(start, last)) for _ in bounds]
+    bounds, marks = drawn_splits(data, last, start)
     for split_id, ((lo, hi), mark) in enumerate(zip(bounds, marks)):
         read = data.draw(st.integers(mark, last))
         rows = sorted((k, v) for k, v in model[read].items() if lo <= k < hi)
@@ -366,9 +369,7 @@ def test_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lake, mon
     initial, txns = history
     model = states(initial, txns)
     last = len(txns) - 1
-    cuts = sorted(data.draw(st.sets(st.integers(2, KEYS), max_size=3)))
-    bounds = list(zip([1, *cuts], [*cuts, KEYS + 1]))
-    marks = [data.draw(st.integers(-1, last)) for _ in bounds]
+    bounds, marks = drawn_splits(data, last)
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
     done = {"db.t": tuple((i, "a1", boundary(mark)) for i, mark in enumerate(marks))}
     lakes = [new_lake(), new_lake()]  # in this process, by the engine
