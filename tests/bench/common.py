@@ -96,17 +96,19 @@ tables:
 
 
 def run_child(*argv: str) -> tuple[str, float]:
-    """A Python child process: its standard output and its own peak RSS in MB."""
-    env = {**os.environ, "BENCH_PASSWORD": PASSWORD}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as log:
-        child = subprocess.Popen([sys.executable, *argv], env=env, stdout=out, stderr=log)
-        _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage
-        child.returncode = os.waitstatus_to_exitcode(status)
+    """A Python child process (`-m MODULE ARGS...`): its standard output and its own peak RSS
+    in MB (tests/bench/peak.py)."""
+    assert argv[0] == "-m"
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as log, \
+            tempfile.NamedTemporaryFile() as peak:
+        env = {**os.environ, "BENCH_PASSWORD": PASSWORD, "BENCH_PEAK_FILE": peak.name}
+        child = subprocess.run([sys.executable, "-m", "tests.bench.peak", *argv[1:]], env=env,
+                               stdout=out, stderr=log)
         if child.returncode != 0:
             log.seek(0)
             raise RuntimeError(log.read().decode()[-3000:])
         out.seek(0)
-        return out.read().decode(), usage.ru_maxrss / 1024
+        return out.read().decode(), int(open(peak.name).read()) / 1024
 
 
 def run_cli(pipeline: Path, *args: str) -> tuple[dict, float]:
