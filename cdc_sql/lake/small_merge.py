@@ -8,9 +8,10 @@ into 10M rows: 2.6 s against 7.9 s), at a memory cost that follows silver's size
 of a table silver holds as it is (one source table, no projection, no history, no cascades)
 whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with delta-rs, the
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
-and one delta-rs MERGE with the conditions of silver_merge.sql. A first window whose snapshot
-is small (SNAPSHOT_BYTES) also creates silver here, with the snapshot rows placed at their
-splits' watermarks (snapshot_images.sql) in the creating commit, as the engine does; its
+and one delta-rs MERGE with the conditions of silver_merge.sql. A first window also creates
+silver here, with the snapshot rows placed at their splits' watermarks (snapshot_images.sql) in
+the creating commit, as the engine does (on a local path written in parallel by
+lake/parquet_files.py, at any size; in an object store by delta-rs, up to SNAPSHOT_BYTES); its
 changes are then merged like any window's. Everything else about the batch is unchanged: the
 window, the state commit after the MERGE, the replay of a window after a crash (the offset
 guard makes it harmless here too; a silver already created is not written again), the
@@ -21,7 +22,7 @@ this module created it): a DDL statement or TRUNCATE in the window, bronze or si
 that differ from the source's (a schema change being carried out), temporal key columns, keys
 that may be NULL, decimals wider than 64 bits (whose statistics delta-rs writes wrong), a
 re-snapshot, a table delta-rs cannot write (a feature it lacks), work past the budget, a large
-snapshot, or a lake whose tables the engine alone reaches (`SparkTables`).
+snapshot in an object store, or a lake whose tables the engine alone reaches (`SparkTables`).
 """
 from __future__ import annotations
 
