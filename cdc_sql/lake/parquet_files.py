@@ -25,8 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cdc_sql.lake.tables import ROW_GROUP_ROWS
+
 TARGET_ROWS = 2_000_000
-ROW_GROUP_ROWS = 128 * 1024
 # DICTIONARY: none. Measured on 2M rows of the 7-column benchmark table: 0.87 s and 57 MB with
 # pyarrow's default dictionary encoding, 0.37 s and 39 MB without (LZ4 catches the repeats).
 
