@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from cdc_sql import faults
 from cdc_sql.lake.tables import storage
 from cdc_sql.planner import Window
-from cdc_sql.source.schema import arrow_type
+from cdc_sql.source.rows import META_COLUMNS
 
 log = logging.getLogger("cdc_sql")
 MEMORY_BUDGET = 512 * 2**20
@@ -51,8 +51,6 @@ MERGE_PER_SILVER_BYTE = 9
 # it, a table costs delta-rs milliseconds where the engine takes a quarter of a second. Local
 # tables are written in parallel here (lake/parquet_files.py), at any size.
 SNAPSHOT_BYTES = 16 * 2**20
-ENGINE_TYPES = {"_cdc_offset": pa.string(), "_cdc_op": pa.string(),
-                "_cdc_ts": pa.timestamp("us", tz="UTC")}
 
 
 def plan_unsuitable(plan) -> str | None:
@@ -74,7 +72,7 @@ def unsuitable(plan, window: Window, facts) -> str | None:
     source = plan.sources[0]
     if facts.statements.get(source.qualified):
         return "a DDL statement or TRUNCATE in the window"
-    expected = {c.name: arrow_type(c.spark_type) for c in source.columns}
+    expected = {f.name: f.type for f in source.arrow_schema}  # no temporal key: no key texts
     if any(pa.types.is_decimal(t) and t.precision > 18 for t in expected.values()):
         return "decimals wider than 64 bits"
     if window.first and not _holds(facts.snapshot_columns.get(source.qualified), expected):
@@ -186,11 +184,11 @@ def _merge_changes(lake, plan, window: Window, silver: str) -> str | None:
 
 
 def silver_schema(plan) -> pa.Schema:
-    """The columns silver is created with: the source's, then cdc-sql's (all nullable, as an
-    engine creates them)."""
-    source = plan.sources[0]
-    return pa.schema([pa.field(c.name, arrow_type(c.spark_type)) for c in source.columns] +
-                     [pa.field(name, ENGINE_TYPES[name]) for name in ENGINE_TYPES])
+    """The columns silver is created with, in the plan's order: the source's, then cdc-sql's
+    with bronze's types (all nullable, as an engine creates them)."""
+    meta = dict(META_COLUMNS)
+    return pa.schema(list(plan.sources[0].arrow_schema) +
+                     [pa.field(name, meta[name]) for name in plan.columns if name in meta])
 
 
 def snapshot_rows(lake, source, window: Window,

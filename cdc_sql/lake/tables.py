@@ -322,14 +322,14 @@ class DeltaRsTables:
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
         """A list of batches goes through the open table; a stream opens it for itself."""
-        if not isinstance(batches, list) or not self.exists(path):
+        exists = self.exists(path)
+        if not isinstance(batches, list) or not exists:
             if schema_mode == "merge":
                 from deltalake import DeltaTable
 
                 self._allow_ntz(DeltaTable(str(path)), schema)
-            created = None if self.exists(path) else stats_configuration(schema)
             append_with_delta_rs(path, batches, schema, schema_mode=schema_mode,
-                                 configuration=created)
+                                 configuration=None if exists else stats_configuration(schema))
             return
         with self._table(path) as table:
             if schema_mode == "merge":
@@ -493,15 +493,18 @@ class DeltaRsTables:
     def key_ranges(self, path: str, column: str) -> list[tuple] | None:
         """(min, max, bytes) of `column` in each file, from the Delta log's statistics; None
         when a file has none."""
+        files = self._file_stats(path, column)
+        return None if any(low is None or high is None for low, high, _ in files) else files
+
+    def _file_stats(self, path: str, column: str | None) -> list[tuple]:
+        """(min, max, bytes) of `column` in each file, None where the log has no statistics."""
         with self._table(path) as table:
             actions = _add_actions(table)
-        names = (f"min.{column}", f"max.{column}")
-        if not set(names) <= set(actions.column_names):
-            return None
-        ranges = list(zip(actions.column(names[0]).to_pylist(),
-                          actions.column(names[1]).to_pylist(),
-                          actions.column("size_bytes").to_pylist()))
-        return None if any(low is None or high is None for low, high, _ in ranges) else ranges
+        sizes = actions.column("size_bytes").to_pylist()
+        if column is None or f"min.{column}" not in actions.column_names:
+            return [(None, None, size) for size in sizes]
+        return list(zip(actions.column(f"min.{column}").to_pylist(),
+                        actions.column(f"max.{column}").to_pylist(), sizes))
 
     def merges_here(self, path: str) -> bool:
         """Whether delta-rs may MERGE into the table: no feature it cannot write (deletion
@@ -520,15 +523,8 @@ class DeltaRsTables:
         """Bytes of the table's data files; `within` (column, after, upto): only of the files
         that may hold rows with after < column <= upto by their statistics (a file without
         statistics on the column counts)."""
-        with self._table(path) as table:
-            actions = _add_actions(table)
-        sizes = actions.column("size_bytes").to_pylist()
-        if within is None or f"min.{within[0]}" not in actions.column_names:
-            return sum(sizes)
-        column, after, upto = within
-        lows = actions.column(f"min.{column}").to_pylist()
-        highs = actions.column(f"max.{column}").to_pylist()
-        return sum(size for size, low, high in zip(sizes, lows, highs)
+        column, after, upto = within or (None, None, None)
+        return sum(size for low, high, size in self._file_stats(path, column)
                    if low is None or high is None or (low <= upto and high > after))
 
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
