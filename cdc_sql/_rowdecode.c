@@ -610,9 +610,11 @@ static int key_equal(Builder *b) {
     return 1;
 }
 
-/* The rows of one event; returns the row changes added, or -1 with b->error set. */
+/* The rows of one event; returns the row changes added, or -1 with b->error set. `count_only`:
+   locate the fields and compare the keys, add nothing (what count() returns). */
 static int64_t decode_event(Builder *b, const unsigned char *data, size_t size, size_t start,
-                            char op, int file_seq, int64_t pos, int64_t ts, int32_t txn) {
+                            char op, int file_seq, int64_t pos, int64_t ts, int32_t txn,
+                            int count_only) {
     const unsigned char *p = data + start, *end = data + size;
     if (p >= end) { snprintf(b->error, sizeof b->error, "empty rows event"); return -1; }
     uint64_t count;
@@ -644,24 +646,25 @@ static int64_t decode_event(Builder *b, const unsigned char *data, size_t size, 
         if (op == 'u') {
             if (locate(b, &p, end, b->field_at2, b->field_len2, b->field_null2)) return -1;
             if (key_equal(b)) {
-                if (emit(b, b->field_at2, b->field_len2, b->field_null2, 'u', file_seq, pos,
-                         row_in_event, ts, txn)) return -1;
+                if (!count_only && emit(b, b->field_at2, b->field_len2, b->field_null2, 'u',
+                                        file_seq, pos, row_in_event, ts, txn)) return -1;
                 added += 1;
             } else {
-                if (emit(b, b->field_at, b->field_len, b->field_null, 'd', file_seq, pos,
+                if (!count_only && (
+                    emit(b, b->field_at, b->field_len, b->field_null, 'd', file_seq, pos,
                          row_in_event, ts, txn) ||
                     emit(b, b->field_at2, b->field_len2, b->field_null2, 'c', file_seq, pos,
-                         row_in_event, ts, txn)) return -1;
+                         row_in_event, ts, txn))) return -1;
                 added += 2;
             }
         } else {
-            if (emit(b, b->field_at, b->field_len, b->field_null, op, file_seq, pos,
-                     row_in_event, ts, txn)) return -1;
+            if (!count_only && emit(b, b->field_at, b->field_len, b->field_null, op, file_seq,
+                                    pos, row_in_event, ts, txn)) return -1;
             added += 1;
         }
         row_in_event++;
     }
-    b->nbytes += (int64_t)(size - start);
+    if (!count_only) b->nbytes += (int64_t)(size - start);
     return added;
 }
 
@@ -773,7 +776,27 @@ static PyObject *Builder_add(Builder *b, PyObject *args) {
     b->error[0] = 0;
     Py_BEGIN_ALLOW_THREADS
     added = decode_event(b, view.buf, (size_t)view.len, (size_t)start, (char)op, file_seq, pos,
-                         timestamp * 1000000LL, txn);
+                         timestamp * 1000000LL, txn, 0);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (added < 0) {
+        PyErr_SetString(PyExc_ValueError, b->error[0] ? b->error : "cannot decode the rows event");
+        return NULL;
+    }
+    return PyLong_FromLongLong(added);
+}
+
+/* count(body, start, op) -> the row changes add() would add (a key-changing update is two),
+   without decoding a value: how the reader sizes batches while worker threads decode. */
+static PyObject *Builder_count(Builder *b, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start;
+    int op;
+    if (!PyArg_ParseTuple(args, "y*nC", &view, &start, &op)) return NULL;
+    b->error[0] = 0;
+    int64_t added;
+    Py_BEGIN_ALLOW_THREADS
+    added = decode_event(b, view.buf, (size_t)view.len, (size_t)start, (char)op, 0, 0, 0, 0, 1);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (added < 0) {
@@ -823,6 +846,8 @@ static PyMethodDef Builder_methods[] = {
     {"add", (PyCFunction)Builder_add, METH_VARARGS,
      "add(body, start, op, file_seq, pos, timestamp, txn) -> row changes added"},
     {"finish", (PyCFunction)Builder_finish, METH_NOARGS, "the buffers so far; starts empty again"},
+    {"count", (PyCFunction)Builder_count, METH_VARARGS,
+     "count(body, start, op) -> row changes add() would add; adds nothing"},
     {NULL}
 };
 

@@ -9,8 +9,11 @@ so memory never follows a transaction's size. Each batch or part is written the 
 3. after a whole batch (never after a part), state records the new position, a transaction
    boundary, with the GTID position there and the split watermarks resolved on the way.
 
-Silver never reads past the recorded position, so a part, or a batch whose state commit was
-lost, stays invisible. A run that starts again reads from the recorded position and skips, per
+Landing runs on a writer thread, one batch or part at a time and in the order read, while the
+reader decodes the next one (two cores: decoding and Parquet encoding overlap); at most one
+batch waits, so memory stays at two batches. The steps above keep their order: the writer does
+them all. Silver never reads past the recorded position, so a part, or a batch whose state
+commit was lost, stays invisible. A run that starts again reads from the recorded position and skips, per
 table listed in `landing`, the rows events bronze already holds (bronze.landed_after): nothing
 twice, nothing lost, whichever commit the previous run died after.
 """
@@ -18,13 +21,14 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from cdc_sql import faults
 from cdc_sql.lake import bronze
 from cdc_sql.lake.tables import each
 from cdc_sql.lake.state import CaptureEntry, SplitEntry
-from cdc_sql.source.binlog import BinlogReader
+from cdc_sql.source.binlog import Batch, BinlogReader
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Offset, Position
 
@@ -49,6 +53,8 @@ class Capture:
         self.tables = {(t.db, t.name): t for t in tables}
         self.mariadb, self.matches, self.stop = mariadb, matches, stop
         self.server = server  # the identity of the server read (source/failover.py)
+        self._writer: ThreadPoolExecutor | None = None  # lands batches, one at a time, in order
+        self._landed = None  # the future of the batch being written
 
     def run(self, checkpoint, start: Position, stop_at: Position, seen_at: str,
             gtid: str = "", by_gtid: bool = False, base: int = 0) -> Pass:
@@ -93,7 +99,7 @@ class Capture:
         try:
             for kind in reader.read():
                 if kind == "part":  # a large transaction: land what it has so far
-                    self._land(reader, result)
+                    self._submit(reader.take(), None, result)
                     continue
                 full = reader.pending_rows >= batch_rows or \
                     reader.pending_bytes >= self.source.binlog_batch_bytes or \
@@ -105,8 +111,12 @@ class Capture:
                     break
             caught_up = reader.position.offset >= stop_at.offset
             self.flush(reader, seen_at if caught_up else reader.source_time, pending, marks,
-                        result)
+                       result)
+            self.wait()
         finally:
+            if self._writer is not None:  # a batch being written ends as it would have
+                self._writer.shutdown(wait=True)
+                self._writer = None
             reader.close()
         result.schema_changed = reader.schema_changed
         log.info("binlog: %d changes captured, now at %s", result.changes, reader.position)
@@ -115,10 +125,51 @@ class Capture:
                      ", ".join(result.schema_changed), reader.position)
         return result
 
-    def _land(self, reader: BinlogReader, result: Pass) -> None:
-        """Write what the reader's builders hold into bronze (a batch, or a part)."""
+    def flush(self, reader: BinlogReader, source_time: str | None, pending: dict,
+              marks: GtidWatermarks, result: Pass) -> None:
+        """Land a whole batch, then record its end in state with the watermarks resolved."""
+        resolved = [replace(pending[name], watermark=found.offset.text)
+                    for name, found in marks.resolved.items()
+                    if name in pending and not pending[name].watermark]
+        for entry in resolved:
+            pending[entry.name] = entry
+        end = End(str(reader.position), source_time, str(reader.gtid_state),
+                  reader.in_transaction, reader.by_gtid, resolved)
+        self._submit(reader.take(), end, result)
+
+    def _submit(self, batch: Batch, end: End | None, result: Pass) -> None:
+        """Hand a batch (or part) to the writer, once the one before it has landed."""
+        self.wait()
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, "bronze")
+        self._landed = self._writer.submit(self._write, batch, end, result)
+
+    def wait(self) -> None:
+        """Wait until the batch handed to the writer has landed; its error is raised here."""
+        if self._landed is not None:
+            landed, self._landed = self._landed, None
+            landed.result()
+
+    def _write(self, batch: Batch, end: End | None, result: Pass) -> None:
+        """On the writer thread: land a batch in bronze, and for a whole batch (`end`) record
+        where it ends in state."""
+        self._land(batch, result)
+        if end is None:
+            return
+        if end.position == self.committed.position and not self.landing and \
+                not end.resolved and self.committed.server == self.server:
+            return
+        if end.by_gtid and end.position == self.committed.position:
+            return  # not a place on this server yet: nothing read here
+        # Ended inside a transaction (the connection broke): its parts stay listed.
+        landing = self.landing if end.in_transaction else set()
+        self._commit(CaptureEntry(position=end.position, source_time=end.source_time,
+                                  gtid=end.gtid, server=self.server,
+                                  landing=sorted(map(list, landing))), end.resolved)
+
+    def _land(self, batch: Batch, result: Pass) -> None:
+        """Write a batch's rows into bronze, after listing the tables it writes in state."""
         started = time.monotonic()
-        batch = reader.take()
         touched = set(batch.touched) | ({bronze.STATEMENTS} if batch.statements else set())
         if not touched:
             return
@@ -136,27 +187,18 @@ class Capture:
         result.batches.append({"phase": "capture", "rows": rows,
                                "seconds": round(time.monotonic() - started, 3)})
 
-    def flush(self, reader: BinlogReader, source_time: str | None, pending: dict,
-               marks: GtidWatermarks, result: Pass) -> None:
-        """Land a whole batch, then record its end in state with the watermarks resolved."""
-        self._land(reader, result)
-        resolved = [replace(pending[name], watermark=found.offset.text)
-                    for name, found in marks.resolved.items()
-                    if name in pending and not pending[name].watermark]
-        for entry in resolved:
-            pending[entry.name] = entry
-        position = str(reader.position)
-        if position == self.committed.position and not self.landing and not resolved and \
-                self.committed.server == self.server:
-            return
-        # Ended inside a transaction (the connection broke): its parts stay listed.
-        landing = self.landing if reader.in_transaction else set()
-        if reader.by_gtid and position == self.committed.position:
-            return  # not a place on this server yet: nothing read here
-        self._commit(CaptureEntry(position=position, source_time=source_time,
-                                  gtid=str(reader.gtid_state), server=self.server,
-                                  landing=sorted(map(list, landing))), resolved)
-
     def _commit(self, entry: CaptureEntry, resolved: list[SplitEntry]) -> None:
         self.state.write(entry, *resolved)
         self.committed, self.landing = entry, {tuple(t) for t in entry.landing}
+
+
+@dataclass(frozen=True)
+class End:
+    """Where a whole batch ends, as the reader stood after it: what state records."""
+
+    position: str
+    source_time: str | None
+    gtid: str
+    in_transaction: bool
+    by_gtid: bool
+    resolved: list[SplitEntry]

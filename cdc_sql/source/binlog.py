@@ -2,9 +2,10 @@
 
 Events come from binlog_protocol.py (one replication connection, by position); table maps and
 other event bodies are parsed by binlog_events.py, row images decoded into per-table builders by
-rows.py (compiled where it was built). The reader yields at every transaction boundary, and in
-the middle of a transaction once its builders hold `part_rows` row changes: the caller lands
-what the builders hold (`take()`), so memory follows `part_rows`, never a transaction's size.
+rows.py (compiled where it was built, and then on worker threads: decoding.py). The reader
+yields at every transaction boundary, and in the middle of a transaction once it holds
+`part_rows` row changes: the caller lands what it holds (`take()`), so memory follows
+`part_rows`, never a transaction's size.
 
 Offsets: a row change's offset is (binlog file sequence, end position of its rows event, row
 index in the event); a DDL statement's, (file sequence, end position of its query event, 0).
@@ -26,8 +27,10 @@ from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import ddl, failover, mysql
 from cdc_sql.source.binlog_protocol import BinlogStream, GtidStart, StreamError
 from cdc_sql.source.charsets import Charsets, ServerConverter
+from cdc_sql.source.decoding import Decoding, EventError
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks, MariaGtidState
 from cdc_sql.source.offsets import Offset, Position, file_sequence
+from cdc_sql.source import rowdecode_c
 from cdc_sql.source.rows import DecodeError, TableDecoder, table_decoder
 from cdc_sql.source.schema import SourceTable
 
@@ -109,7 +112,8 @@ class BinlogReader:
         self._file = start.file
         self._maps: dict[int, TableDecoder | None] = {}
         self._decoders: dict[bytes, TableDecoder] = {}
-        self._builders: dict[TableDecoder, object] = {}
+        self._decoding = Decoding(self._new_builder,
+                                  parallel=compiled is not False and rowdecode_c.available())
         self._statements: list[dict] = []
         self._gtids: list[str] = []
         self._gtid = ""
@@ -132,17 +136,18 @@ class BinlogReader:
             raise self._explain(exc) from None
 
     def close(self) -> None:
+        self._decoding.close()
         self.stream.close()
         if self._ctl is not None:
             self._ctl.close()
 
     @property
     def pending_rows(self) -> int:
-        return sum(b.rows for b in self._builders.values())
+        return self._decoding.rows
 
     @property
     def pending_bytes(self) -> int:
-        return sum(b.nbytes for b in self._builders.values())
+        return self._decoding.nbytes
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self) -> Iterator[str]:
@@ -296,18 +301,17 @@ class BinlogReader:
             return  # already in bronze
         if header.op != "c" and header.flags & ev.NO_FOREIGN_KEY_CHECKS:
             self._no_fk_checks(decoder, event, seq, pos)
-        builder = self._builders.get(decoder)
-        if builder is None:
-            builder = self._builders[decoder] = self._new_builder(decoder)
         if not self._gtids or self._gtids[-1] != self._gtid:
             self._gtids.append(self._gtid)
         try:
-            builder.add(event.body, header.start, header.op, seq, pos, event.timestamp,
-                        len(self._gtids) - 1)
+            self._decoding.add(decoder, event.body, header.start, header.op, seq, pos,
+                               event.timestamp, len(self._gtids) - 1, self._file)
         except DecodeError as exc:
-            raise SourceError(f"cannot decode a row of {decoder.qualified} at binlog "
-                              f"{Position(self._file, pos, self.base)}: {exc}. "
-                              f"{DECODE_ADVICE}") from None
+            raise self._undecodable(decoder, self._file, pos, exc) from None
+
+    def _undecodable(self, decoder: TableDecoder, file: str, pos: int, exc) -> SourceError:
+        return SourceError(f"cannot decode a row of {decoder.qualified} at binlog "
+                           f"{Position(file, pos, self.base)}: {exc}. {DECODE_ADVICE}")
 
     def _no_fk_checks(self, decoder: TableDecoder, event, seq: int, pos: int) -> None:
         """Deletes or updates written with foreign_key_checks=0: InnoDB cascaded nothing, so
@@ -328,11 +332,15 @@ class BinlogReader:
     def take(self) -> Batch:
         """Everything decoded since the last take(), as Arrow batches; builders start empty."""
         batch = Batch(statements=self._statements)
-        for decoder, builder in self._builders.items():
-            if builder.rows:
-                batch.tables.setdefault((decoder.db, decoder.table), []).append(
-                    builder.finish(self._gtids))
-        self._builders = {}
+        try:
+            segments = self._decoding.take()
+        except EventError as exc:
+            raise self._undecodable(exc.decoder, exc.file, exc.pos, exc.error) from None
+        for segment in segments:
+            for decoder, builder in segment.builders.items():
+                if builder.rows:
+                    batch.tables.setdefault((decoder.db, decoder.table), []).append(
+                        builder.finish(self._gtids))
         self._statements = []
         self._gtids = [self._gtid] if self.in_transaction else []
         return batch

@@ -82,10 +82,21 @@ class Builder:
             txn: int) -> int:
         try:
             return self._c.add(body, start, op, file_seq, pos, timestamp, txn)
-        except ValueError as exc:  # the C side numbers columns: name them
-            raise rows.DecodeError(re.sub(
-                r"column (\d+) \(binlog type -?\d+, metadata -?\d+\)",
-                lambda m: self.decoder.columns[int(m.group(1))].describe(), str(exc))) from None
+        except ValueError as exc:
+            raise self._error(exc) from None
+
+    def count(self, body, start: int, op: str) -> int:
+        """The row changes add() would add (a key-changing update is two), adding none."""
+        try:
+            return self._c.count(body, start, op)
+        except ValueError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: ValueError) -> rows.DecodeError:
+        """The C side numbers columns: name them."""
+        return rows.DecodeError(re.sub(
+            r"column (\d+) \(binlog type -?\d+, metadata -?\d+\)",
+            lambda m: self.decoder.columns[int(m.group(1))].describe(), str(exc)))
 
     def finish(self, gtids: list[str]) -> pa.RecordBatch:
         n, columns, keys, offsets, ops, stamps, txns = self._c.finish()

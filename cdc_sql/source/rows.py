@@ -73,7 +73,7 @@ class ColumnSpec:
         return arrow_type(self.spark_type)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a dict key per rows event: hashed by identity, cheaply
 class TableDecoder:
     db: str
     table: str

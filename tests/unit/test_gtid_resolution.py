@@ -37,10 +37,12 @@ def test_flush_commits_resolved_watermarks_with_the_position():
     for n in range(1, 6):
         marks.observe(f"{U}:{n}", Position("binlog.000004", 100 * n))
     capture.flush(Reader(Position("binlog.000004", 777)), None, pending, marks, Pass())
+    capture.wait()
     (entries,) = state.writes
     assert entries[0] == CaptureEntry(position="binlog.000004:777", source_time=None)
     assert entries[1] == SplitEntry("d.t", 0, status="done", watermark_gtid=f"{U}:1-3",
                                     watermark=Position("binlog.000004", 400).offset.text)
     assert len(entries) == 2  # d.t#1 is not resolved yet: all five transactions are in its set
     capture.flush(Reader(Position("binlog.000004", 800)), None, pending, marks, Pass())
+    capture.wait()
     assert len(state.writes[1]) == 1  # nothing resolved twice

@@ -44,8 +44,12 @@ def decode(columns: list[ColumnSpec], rows: list[list], op: str = "c", key=(0,),
     images = images or [raw.image(layout, r) for r in rows]
     body = raw.rows_body(layout, images, op)
     builder = decoder.builder(compiled=use_compiled, converter=FakeConverter())
-    builder.add(body, 0, op, 7, 1234, 1_700_000_000, 0)
-    return builder.finish(["0-1-9"])
+    added = builder.add(body, 0, op, 7, 1234, 1_700_000_000, 0)
+    if use_compiled:  # what the reader counts while workers decode (source/decoding.py)
+        assert decoder.builder(True, FakeConverter()).count(body, 0, op) == added
+    batch = builder.finish(["0-1-9"])
+    assert batch.num_rows == added
+    return batch
 
 
 def both(columns, rows, op="c", key=(0,), images=None) -> pa.RecordBatch:
