@@ -6,13 +6,16 @@ baselines measured in the same run on the same events:
   files fetched raw (`--read-from-remote-server --raw`, timed apart);
 - one bare `MERGE INTO` of the same changes, deduplicated and typed, for the silver step.
 
-The changes are UPDATEs in transactions of 5,000 rows (every row once). The `bigtxn` stage
-updates every row of a table in one transaction and reports the peak memory of the capture.
+The changes are UPDATEs in transactions of 5,000 rows (every row once). Capture alone is also
+timed on one core and on all of them (the same events, bronze as it was before each), to show
+it scales with cores. The `bigtxn` stage updates every row of a table in one transaction and
+reports the peak memory of the capture.
 """
 from __future__ import annotations
 
 import glob
 import json
+import os
 import shutil
 import subprocess
 
@@ -103,6 +106,8 @@ def run(db: MariaDB, rows: int, wide: bool = False) -> list[Result]:
     parsed, bare = bare_parse(db, table, start)
     assert parsed == rows, parsed
     fetch, decode = c_decoder(db, start, work)
+    cores = len(os.sched_getaffinity(0))
+    one_core, all_cores = (capture_alone(pipeline, work, n) for n in (1, cores))
     summary, peak = run_cli(pipeline)
     assert summary["captured_changes"] == rows, summary
     merge = bare_merge(db, table, work, silver_copy)
@@ -115,10 +120,25 @@ def run(db: MariaDB, rows: int, wide: bool = False) -> list[Result]:
                "bare parse", rows / bare),
         Result(f"capture -> bronze {label}", rows, summary["seconds_capture"], peak,
                "mariadb-binlog -vv", rows / decode),
+        Result(f"capture alone, 1 core {label}", rows, one_core),
+        Result(f"capture alone, {cores} cores {label}", rows, all_cores, None, "1 core",
+               rows / one_core),
         Result(f"bare Sail MERGE (deduplicated) {label}", rows, merge),
         Result(f"silver step (filter, dedup, MERGE) {label}", rows, summary["seconds_merge"],
                peak, "bare MERGE", rows / merge),
     ]
+
+
+def capture_alone(pipeline, work, cores: int) -> float:
+    """Seconds of the capture phase alone on `cores` cores; the lakehouse is left as before."""
+    lake, kept = work / "lake", work / "lake_before"
+    shutil.copytree(lake, kept)
+    try:
+        out, _ = run_child("-m", "tests.bench.capture_child", str(pipeline), str(cores))
+    finally:
+        shutil.rmtree(lake)
+        kept.rename(lake)
+    return json.loads(out.strip().splitlines()[-1])["seconds"]
 
 
 def run_wide(db: MariaDB, rows: int) -> list[Result]:

@@ -1,6 +1,8 @@
 """Child process for the capture benchmark: only the capture phase (source to committed bronze),
-so its time and peak memory are its own (the engine is started, as a run has it)."""
+so its time and peak memory are its own (the engine is started, as a run has it).
+`capture_child PIPELINE [CORES]`: run on the first CORES cores only."""
 import json
+import os
 import sys
 import time
 
@@ -25,4 +27,6 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        os.sched_setaffinity(0, set(range(int(sys.argv[2]))))
     main(sys.argv[1])
