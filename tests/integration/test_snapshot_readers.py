@@ -28,7 +28,10 @@ ROWS = [
     "x'00000000', x'00', '', 'null')",
     "(7, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
     " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
-]
+] + [  # partly zero and invalid dates (ALLOW_INVALID_DATES)
+    f"({i}, {', '.join(['NULL'] * 9)}, '{date}', '{datetime}', {', '.join(['NULL'] * 12)})"
+    for i, date, datetime in [(3, "2020-05-00", "2020-02-31 10:00:00"),
+                              (4, "2020-02-30", "2020-00-01 00:00:00")]]
 
 
 def read_all(pipeline, table, split, reader):
@@ -38,8 +41,8 @@ def read_all(pipeline, table, split, reader):
 
 
 def test_readers_agree_on_every_covered_type(mariadb, database, make_pipeline):
-    mariadb.execute("SET SESSION sql_mode = ''", TYPES, f"INSERT INTO t VALUES {', '.join(ROWS)}",
-                    db=database)
+    mariadb.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'", TYPES,
+                    f"INSERT INTO t VALUES {', '.join(ROWS)}", db=database)
     pipeline = make_pipeline(f"- name: t\n  source: {database}.t")
     with mysql.cursor(pipeline.source) as cur:
         table = read_table(cur, database, "t")
@@ -50,11 +53,13 @@ def test_readers_agree_on_every_covered_type(mariadb, database, make_pipeline):
     assert native.schema == slow.schema
     for name in native.column_names:
         assert native[name].to_pylist() == slow[name].to_pylist(), name
-    row = {name: values[2] for name, values in native.to_pydict().items()}
-    assert row["id"] == 18446744073709551615 and row["c"] == "ab" and row["v"] == "x😀y"
+    by_id = {row["id"]: row for row in native.to_pylist()}
+    row = by_id[18446744073709551615]
+    assert row["c"] == "ab" and row["v"] == "x😀y"
     assert row["tm"] == "-838:59:59.99" and row["b"] == b"a\x00\x00\x00"
-    zero = {name: values[0] for name, values in native.to_pydict().items()}
+    zero = by_id[0]
     assert zero["dt"] is None and zero["dtt"] is None and zero["ts"] is None
+    assert [(by_id[i]["dt"], by_id[i]["dtt"]) for i in (3, 4)] == [(None, None)] * 2
 
 
 def test_split_bounds_select_the_right_rows(mariadb, database, make_pipeline):
