@@ -17,7 +17,16 @@ def record() -> None:
         out.write(peak)
 
 
+def recorded(exit_now):
+    """os._exit, recording the peak first (the `cdc-sql` command ends through it)."""
+    def exit_after_recording(code: int) -> None:
+        record()
+        exit_now(code)
+    return exit_after_recording
+
+
 if __name__ == "__main__":
     atexit.register(record)
+    os._exit = recorded(os._exit)
     sys.argv = sys.argv[1:]
     runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
