@@ -24,7 +24,7 @@ from cdc_sql import faults, resnapshot
 from cdc_sql.capture import Capture
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
-from cdc_sql.lake import bronze, tables
+from cdc_sql.lake import bronze, small_merge, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, chained,
                                  check_untouched, merge_window, owned_tables, owned_versions,
@@ -87,6 +87,7 @@ class Runner:
         self.batches: list[dict] = []  # every bronze and silver commit: rows, seconds (metrics)
         self.registered: set[str] = set()  # silver tables registered by name in this run
         self.schema_changed: list[str] = []  # tables a DDL changed in the last capture pass
+        self.engine_wanted = True  # start the engine while the source is read (see run())
         self.resume = failover.Resume(False)  # how capture resumes in this run, and from where
         self.resume_from: str | None = None
 
@@ -98,6 +99,7 @@ class Runner:
         plans = silver_plans(self.pipeline, view)
         for warning in cascade_warnings(plans, view):
             log.warning(warning)
+        self.engine_wanted = self._wants_engine(plans)
         checkpoint = self.state.load()
         self._claim_target(checkpoint)
         started = time.monotonic()
@@ -122,6 +124,7 @@ class Runner:
                         inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at,
                         server=view.server, base=view.base)
                     plans = silver_plans(self.pipeline, view)
+                    self.engine_wanted = self._wants_engine(plans)
                     self.ensure_bronze(view)
                     with timed(summary, "snapshot"):  # of tables that just began to match
                         if self.snapshot(view, plans):
@@ -356,7 +359,8 @@ class Runner:
         with ThreadPoolExecutor(self.pipeline.source.parallelism, "split") as pool:
             futures = [pool.submit(self._read_splits, view, table, group, progress)
                        for table, group in pending]
-            self.lake.engine.prepare()  # while the readers wait on the source
+            if self.engine_wanted:
+                self.lake.engine.prepare()  # while the readers wait on the source
             entries = self._record_as_done(futures)
         progress.finish()
         return sum(e.rows for e in entries)
@@ -445,7 +449,8 @@ class Runner:
             return 0
         if self.captured_from is None:
             self.captured_from = start.offset.text
-        self.lake.engine.prepare()  # while the binlog is read
+        if self.engine_wanted:
+            self.lake.engine.prepare()  # while the binlog is read
         capture = Capture(self.lake, self.state, self.pipeline.source, view.source_tables,
                           view.mariadb, lambda db, table: any(
                               spec.matches(db, table) for spec in self.pipeline.tables),
@@ -551,6 +556,12 @@ class Runner:
                           sources=[t.qualified for t in plan.sources],
                           cascade_parents=sorted({fk.parent for fk in plan.cascades}),
                           **owned_versions(self.lake, plan.spec)), moves
+
+    def _wants_engine(self, plans: list[SilverPlan]) -> bool:
+        """Whether this run will use the engine whatever the size of its windows (tables named
+        in a catalog, tables this process cannot merge): then it starts while the source is
+        read; otherwise on first use, if ever."""
+        return bool(self.pipeline.target.schema) or small_merge.engine_wanted(self.lake, plans)
 
     def _register(self, plan: SilverPlan) -> None:
         target = self.pipeline.target

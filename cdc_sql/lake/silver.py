@@ -18,6 +18,9 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from cdc_sql import cascades, faults
 from cdc_sql.cascades import ForeignKey
 from cdc_sql.config.model import Table
@@ -288,13 +291,21 @@ class Facts:
         return renamed_columns(self.statements.get(source, ()))
 
 
+STATEMENT_OPS = ("ddl", "truncate", "no_fk_checks")
+
+
 def read_statements(lake) -> list[tuple]:
-    """Every DDL statement and TRUNCATE bronze holds, in order, as (db, table, op, offset,
-    commit time, statement): one query for all the tables of a merge."""
+    """Every DDL statement and TRUNCATE bronze holds, and the rows events written with
+    foreign_key_checks=0 (no cascade happened), in order, as (db, table, op, offset, commit
+    time, statement): read once for all the tables of a merge, each of which takes those of
+    its source tables in its window. Read by the lake's table reader, not a query: a run that
+    merges every table in this process need not start the engine for it."""
     if not lake.tables.exists(lake.statements_path):
         return []
-    return [tuple(row) for row in lake.spark.sql(render(
-        "statements", bronze_statements=table_ref(lake.statements_path))).collect()]
+    rows = lake.tables.read_arrow(lake.statements_path,
+                                  ["db", "tbl", "op", "offset", "commit_ts", "statement"])
+    rows = rows.filter(pc.is_in(rows["op"], pa.array(STATEMENT_OPS))).sort_by("offset")
+    return [tuple(row.values()) for row in rows.to_pylist()]
 
 
 def read_facts(lake, plan: SilverPlan, window: Window,

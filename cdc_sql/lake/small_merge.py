@@ -59,7 +59,18 @@ def plan_unsuitable(plan) -> str | None:
         return "not a plain table (a projection, shards, history or cascades)"
     if plan.key_texts or plan.key_nullable:
         return "temporal or nullable key columns"
+    if any(pa.types.is_decimal(f.type) and f.type.precision > 18
+           for f in plan.sources[0].arrow_schema):
+        return "decimals wider than 64 bits"
     return None
+
+
+def engine_wanted(lake, plans) -> bool:
+    """Whether some table's windows go through the engine whatever their size, so that it is
+    worth starting while the source is read. Otherwise it starts on first use, if ever: a run
+    of plain tables on a local path seldom needs it (a window past the memory budget, a DDL)."""
+    return any(plan_unsuitable(plan) is not None or
+               storage(lake.silver_path(plan.spec.name)) != "local" for plan in plans)
 
 
 def unsuitable(plan, window: Window, facts) -> str | None:
@@ -73,8 +84,6 @@ def unsuitable(plan, window: Window, facts) -> str | None:
     if facts.statements.get(source.qualified):
         return "a DDL statement or TRUNCATE in the window"
     expected = {f.name: f.type for f in source.arrow_schema}  # no temporal key: no key texts
-    if any(pa.types.is_decimal(t) and t.precision > 18 for t in expected.values()):
-        return "decimals wider than 64 bits"
     if window.first and not _holds(facts.snapshot_columns.get(source.qualified), expected):
         return "bronze's snapshot columns differ from the source's"
     bronze = facts.changes_columns.get(source.qualified)

@@ -17,9 +17,7 @@ from cdc_sql.config.model import Table
 from cdc_sql.config.projection import resolve_projection
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver import batch_steps, plan_silver
-from cdc_sql.source.binlog import STATEMENTS_SCHEMA
 from cdc_sql.source.rows import META_COLUMNS
-from cdc_sql.sql import render
 from tests.integration.test_projection_functions import EXAMPLES, NAMED
 from tests.unit.test_sql_golden import LAKE, SCENARIOS, facts
 
@@ -42,8 +40,6 @@ def rendered_statements() -> list[tuple[str, str]]:
                               (" as is", step.as_is)):
                 if sql and sql.strip():
                     out.append((f"{name} step {n}{part}: {step.title}", sql))
-    out.append(("statements", render("statements",
-                                     bronze_statements="delta.`/lake/bronze/_binlog`")))
     return out
 
 
@@ -101,10 +97,6 @@ def test_cdc_sql_parses_and_analyses_on_jvm_spark():
     statements = rendered_statements() + allowed_functions()
     assert len(statements) > 70
     programs = {name: program(name) for name in sorted(SCENARIOS)}
-    programs["statements"] = [
-        {"standin": "/lake/bronze/_binlog", "schema": _spark_json(STATEMENTS_SCHEMA)},
-        {"check": render("statements", bronze_statements="delta.`/lake/bronze/_binlog`"),
-         "title": "statements"}]
     job = {"parse": [sql for _, sql in statements] + [NOT_SQL],
            "programs": list(programs.values())}
     # a classic session: none of the Spark Connect settings this process's engine has set
@@ -126,6 +118,6 @@ def test_cdc_sql_parses_and_analyses_on_jvm_spark():
     for name in SCENARIOS:  # every step but the MERGEs (Delta) is analysed
         assert any(t.startswith(name) and "cdc_changes_" in t for t in done), name
         assert any(t.startswith(name) and "cdc_candidates_" in t for t in done), name
-    assert any("cdc_versions_" in t for t in done) and "statements" in done
+    assert any("cdc_versions_" in t for t in done)
     assert any("written into silver" in t for t in done)
     assert not [t for t, e in analysed if e and e.startswith("skipped")], analysed

@@ -86,12 +86,6 @@ def test_rendered_sql_is_the_reviewed_sql(name):
     assert text == path.read_text(), f"{path} differs: review, then CDC_SQL_UPDATE_GOLDEN=1"
 
 
-def test_the_statements_query_is_the_reviewed_sql():
-    text = render("statements", bronze_statements="delta.`/lake/bronze/_binlog`")
-    path = GOLDEN / "statements.sql"
-    if os.environ.get("CDC_SQL_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
 
 
 def test_the_cascade_queries_are_the_reviewed_sql():
