@@ -765,6 +765,24 @@ static int Builder_init(Builder *b, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+/* decode_event without the GIL (the event bytes are pinned by `view`, which is released here):
+   the row changes as a Python int, or NULL with ValueError set. */
+static PyObject *decoded(Builder *b, Py_buffer *view, Py_ssize_t start, int op, int file_seq,
+                         long long pos, long long timestamp, int txn, int count_only) {
+    int64_t added;
+    b->error[0] = 0;
+    Py_BEGIN_ALLOW_THREADS
+    added = decode_event(b, view->buf, (size_t)view->len, (size_t)start, (char)op, file_seq, pos,
+                         timestamp * 1000000LL, txn, count_only);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(view);
+    if (added < 0) {
+        PyErr_SetString(PyExc_ValueError, b->error[0] ? b->error : "cannot decode the rows event");
+        return NULL;
+    }
+    return PyLong_FromLongLong(added);
+}
+
 static PyObject *Builder_add(Builder *b, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start;
@@ -772,18 +790,7 @@ static PyObject *Builder_add(Builder *b, PyObject *args) {
     long long pos, timestamp;
     if (!PyArg_ParseTuple(args, "y*nCiLLi", &view, &start, &op, &file_seq, &pos, &timestamp, &txn))
         return NULL;
-    int64_t added;
-    b->error[0] = 0;
-    Py_BEGIN_ALLOW_THREADS
-    added = decode_event(b, view.buf, (size_t)view.len, (size_t)start, (char)op, file_seq, pos,
-                         timestamp * 1000000LL, txn, 0);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    if (added < 0) {
-        PyErr_SetString(PyExc_ValueError, b->error[0] ? b->error : "cannot decode the rows event");
-        return NULL;
-    }
-    return PyLong_FromLongLong(added);
+    return decoded(b, &view, start, op, file_seq, pos, timestamp, txn, 0);
 }
 
 /* count(body, start, op) -> the row changes add() would add (a key-changing update is two),
@@ -793,17 +800,7 @@ static PyObject *Builder_count(Builder *b, PyObject *args) {
     Py_ssize_t start;
     int op;
     if (!PyArg_ParseTuple(args, "y*nC", &view, &start, &op)) return NULL;
-    b->error[0] = 0;
-    int64_t added;
-    Py_BEGIN_ALLOW_THREADS
-    added = decode_event(b, view.buf, (size_t)view.len, (size_t)start, (char)op, 0, 0, 0, 0, 1);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    if (added < 0) {
-        PyErr_SetString(PyExc_ValueError, b->error[0] ? b->error : "cannot decode the rows event");
-        return NULL;
-    }
-    return PyLong_FromLongLong(added);
+    return decoded(b, &view, start, op, 0, 0, 0, 0, 1);
 }
 
 static PyObject *bytes_of(Buf *buf) {

@@ -10,10 +10,10 @@ so memory never follows a transaction's size. Each batch or part is written the 
    boundary, with the GTID position there and the split watermarks resolved on the way.
 
 Landing runs on a writer thread, one batch or part at a time and in the order read, while the
-reader decodes the next one (two cores: decoding and Parquet encoding overlap); at most one
-batch waits, so memory stays at two batches. The steps above keep their order: the writer does
-them all. Silver never reads past the recorded position, so a part, or a batch whose state
-commit was lost, stays invisible. A run that starts again reads from the recorded position and skips, per
+reader decodes the next one (decoding and Parquet encoding overlap); at most one batch waits,
+so memory stays at two batches. The steps above keep their order: the writer does them all.
+Silver never reads past the recorded position, so a part, or a batch whose state commit was
+lost, stays invisible. A run that starts again reads from the recorded position and skips, per
 table listed in `landing`, the rows events bronze already holds (bronze.landed_after): nothing
 twice, nothing lost, whichever commit the previous run died after.
 """

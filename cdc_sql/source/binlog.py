@@ -24,13 +24,12 @@ import pymysql
 
 from cdc_sql.errors import SourceError, is_transient
 from cdc_sql.source import binlog_events as ev
-from cdc_sql.source import ddl, failover, mysql
+from cdc_sql.source import ddl, failover, mysql, rowdecode_c
 from cdc_sql.source.binlog_protocol import BinlogStream, GtidStart, StreamError
 from cdc_sql.source.charsets import Charsets, ServerConverter
 from cdc_sql.source.decoding import Decoding, EventError
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks, MariaGtidState
 from cdc_sql.source.offsets import Offset, Position, file_sequence
-from cdc_sql.source import rowdecode_c
 from cdc_sql.source.rows import DecodeError, TableDecoder, table_decoder
 from cdc_sql.source.schema import SourceTable
 
