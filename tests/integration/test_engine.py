@@ -1,7 +1,11 @@
-"""What the engine module papers over: Sail 0.7's time travel behind a checkpoint."""
+"""What the engine module papers over (Sail 0.7's time travel behind a checkpoint), and when a
+run starts the embedded engine."""
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+
+from cdc_sql.engine import Engine
+from tests.integration.helpers import assert_silver_equals, run
 
 pytestmark = pytest.mark.integration
 
@@ -28,3 +32,43 @@ def test_every_version_reads_back_though_checkpoints_follow_it(engine, tmp_path)
     assert sorted(r.id for r in after.collect()) == [1, 2, *range(4, 24)]
     assert after.columns == ["id", "v", "w"] and after.where("w IS NOT NULL").count() == 0
     assert engine.read(path).count() == 22
+
+
+def lazy_engine(engine, booted: list) -> Engine:
+    """An embedded engine not started yet, whose start is recorded (it is the shared one)."""
+    return Engine("sail", None, _boot=lambda: booted.append("booted") or engine.spark)
+
+
+def test_runs_of_plain_tables_start_the_engine_only_when_a_window_needs_it(
+        mariadb, database, engine, make_pipeline):
+    """A plain table on a local path is snapshotted, captured and merged in this process: the
+    engine is neither started in the background nor on first use (docs/engines.md), until a
+    window needs its SQL (here: a DDL in it)."""
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO t VALUES (1, 'a'), (2, 'b')", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t")
+    booted: list = []
+    run(pipeline, lazy_engine(engine, booted))
+    mariadb.execute("UPDATE t SET v = 'c' WHERE id = 1", "DELETE FROM t WHERE id = 2",
+                    "INSERT INTO t VALUES (3, 'd')", db=database)
+    run(pipeline, lazy_engine(engine, booted))
+    assert booted == []
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
+    mariadb.execute("ALTER TABLE t ADD COLUMN w INT", "INSERT INTO t VALUES (4, 'e', 5)",
+                    db=database)
+    run(pipeline, lazy_engine(engine, booted))  # a DDL in the window: the engine's SQL
+    assert booted == ["booted"]
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
+
+
+def test_a_run_that_needs_the_engine_starts_it_while_the_source_is_read(
+        mariadb, database, engine, make_pipeline):
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO t VALUES (1, 'a')", db=database)
+    pipeline = make_pipeline(f"- name: p\n  source: {database}.t\n"
+                             f"  projection: SELECT id, v FROM t WHERE id > 0")
+    booted: list = []
+    lazy = lazy_engine(engine, booted)
+    run(pipeline, lazy)
+    assert booted == ["booted"]
+    assert_silver_equals(engine, pipeline, "p", mariadb, f"SELECT * FROM {database}.t")
