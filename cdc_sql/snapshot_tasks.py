@@ -28,7 +28,7 @@ from cdc_sql import faults
 from cdc_sql.lake import bronze
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.state import SplitEntry
-from cdc_sql.lake.tables import append_with_delta_rs
+from cdc_sql.lake.tables import COMMIT_RETRIES, append_with_delta_rs
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.snapshot import read_splits
@@ -108,4 +108,4 @@ class _ExecutorTables:
 
     @staticmethod
     def append_arrow(path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> None:
-        append_with_delta_rs(path, batches, schema, max_commit_retries=10_000)
+        append_with_delta_rs(path, batches, schema, max_commit_retries=COMMIT_RETRIES)

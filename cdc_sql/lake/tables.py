@@ -45,6 +45,7 @@ _OWN_MERGE_GUARDS = ("_cdc_offset", "_cdc_valid_from")
 _MAX_SLICE_BYTES = 32 * 2**20
 ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see writer_properties
 STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
+COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
 
 
 def storage(path: str) -> str:
@@ -321,8 +322,14 @@ class DeltaRsTables:
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
-        """A list of batches goes through the open table; a stream opens it for itself."""
+        """A list of batches goes through the open table; a stream opens it for itself, or,
+        into a local table of the same columns, is written by pyarrow and committed through the
+        open table (lake/parquet_files.py: half the CPU)."""
         exists = self.exists(path)
+        if exists and not isinstance(batches, list) and schema_mode is None and \
+                storage(path) == "local" and self.schema(path) == schema:
+            self._append_files(path, batches, schema)
+            return
         if not isinstance(batches, list) or not exists:
             if schema_mode == "merge":
                 from deltalake import DeltaTable
@@ -335,6 +342,21 @@ class DeltaRsTables:
             if schema_mode == "merge":
                 self._allow_ntz(table, schema)
             append_with_delta_rs(table, batches, schema, schema_mode=schema_mode)
+
+    def _append_files(self, path: str, batches: Iterable[pa.RecordBatch],
+                      schema: pa.Schema) -> None:
+        """The files written without the table (streams into one table are written side by
+        side), then one append commit of them, if any."""
+        from deltalake import CommitProperties
+
+        from cdc_sql.lake import parquet_files
+
+        actions = parquet_files.write_files(str(path), schema, batches)
+        if actions:
+            with self._table(path) as table:
+                table.create_write_transaction(
+                    actions, "append", schema,
+                    commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
 
     def read_arrow(self, path: str, columns: list[str] | None = None,
                    where: list[tuple[str, str, object]] | None = None) -> pa.Table:

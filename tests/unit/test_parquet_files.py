@@ -4,9 +4,11 @@ from __future__ import annotations
 import decimal
 import functools
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from deltalake import DeltaTable
 from hypothesis import given, settings, strategies as st
 
@@ -77,3 +79,36 @@ def test_a_table_created_from_streams_in_one_commit(tmp_path):
     assert actions["min.id"].to_pylist() == list(range(0, 6000, 1000))
     assert table.to_pyarrow_table(filters=[("id", ">=", 5500)]).num_rows == 500
     assert pc.sum(actions["num_records"]).as_py() == 6000
+
+
+def test_streams_appended_to_a_local_table_are_files_written_here_in_one_commit_each(tmp_path):
+    from cdc_sql.lake.tables import DeltaRsTables
+
+    path, tables = str(tmp_path / "t"), DeltaRsTables()
+    tables.create_arrow_table(path, SCHEMA)
+
+    def stream(low: int):
+        return (batch([(i, f"v{i}", None, i)]) for i in range(low, low + 100))
+
+    with ThreadPoolExecutor(2) as pool:  # side by side, each its own commit
+        list(pool.map(lambda low: tables.append_arrow(path, stream(low), SCHEMA), (0, 100)))
+    tables.append_arrow(path, iter(()), SCHEMA)  # nothing to add: no commit
+    table = DeltaTable(path)
+    assert table.version() == 2
+    assert sorted(table.to_pyarrow_table()["id"].to_pylist()) == list(range(200))
+    actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
+    assert sorted(actions["min.id"].to_pylist()) == [0, 100]
+    assert actions["min.ts"].null_count == 2  # this module's statistics: no temporal bounds
+
+    tables.append_arrow(path, [batch([(500, "x", None, 1)])], SCHEMA)  # a list: delta-rs's write
+    actions = pa.RecordBatchReader.from_stream(
+        DeltaTable(path).get_add_actions(flatten=True)).read_all()
+    assert actions.num_rows == 3 and actions["min.ts"].null_count == 2
+    wider = SCHEMA.append(pa.field("extra", pa.int32()))
+    other = str(tmp_path / "wider")
+    tables.create_arrow_table(other, wider)  # columns that differ: delta-rs's write decides
+    tables.append_arrow(other, (b.append_column("extra", pa.array([1], pa.int32()))
+                                for b in [batch([(7, "x", None, 1)])]), wider)
+    with pytest.raises(Exception, match="[Ss]chema"):  # refused, as delta-rs always did
+        tables.append_arrow(other, (b for b in [batch([(8, "y", None, 2)])]), SCHEMA)
+    assert DeltaTable(other).to_pyarrow_table()["id"].to_pylist() == [7]
