@@ -24,7 +24,7 @@ from cdc_sql import faults, resnapshot
 from cdc_sql.capture import Capture
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import SourceError
-from cdc_sql.lake import bronze, small_merge, tables
+from cdc_sql.lake import bronze, first_version, small_merge, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, chained,
                                  check_untouched, merge_window, owned_tables, owned_versions,
@@ -345,19 +345,22 @@ class Runner:
             if table.qualified in whole else
             group_splits(unfinished[table.qualified], sizes[table.qualified], source.parallelism))]
         levels = snapshot_levels(plans)  # cascades set off cascades: parents first
+        firsts = first_version.targets(self.lake, plans) if pending else {}
         rows = 0
         for level in sorted({levels.get(table.qualified, 0) for table, _ in pending}):
             rows += self._read_pending(view, [(table, group) for table, group in pending
-                                              if levels.get(table.qualified, 0) == level])
+                                              if levels.get(table.qualified, 0) == level],
+                                       firsts)
         return rows
 
-    def _read_pending(self, view: SourceView,
-                      pending: list[tuple[SourceTable, list[Split]]]) -> int:
+    def _read_pending(self, view: SourceView, pending: list[tuple[SourceTable, list[Split]]],
+                      firsts: dict[str, list[first_version.Target]]) -> int:
         if self.pipeline.source.snapshot_runner == "spark":
             return self._land_as_spark_tasks(view, pending)
         progress = Progress("snapshot", sum(len(group) for _, group in pending))
         with ThreadPoolExecutor(self.pipeline.source.parallelism, "split") as pool:
-            futures = [pool.submit(self._read_splits, view, table, group, progress)
+            futures = [pool.submit(self._read_splits, view, table, group, progress,
+                                   firsts.get(table.qualified, []))
                        for table, group in pending]
             if self.engine_wanted:
                 self.lake.engine.prepare()  # while the readers wait on the source
@@ -388,13 +391,18 @@ class Runner:
         return self.state.load()
 
     def _read_splits(self, view: SourceView, table: SourceTable, splits: list[Split],
-                     progress: Progress) -> list[SplitEntry]:
+                     progress: Progress, firsts: list[first_version.Target]
+                     ) -> list[SplitEntry]:
+        """A group of splits into bronze (and into silver's first version, lake/
+        first_version.py); returns their state entries."""
         if self.stop.is_set():  # SIGTERM: splits not started wait for the next run
             return []
 
         def write(table, batches, attempt, offset, read_at) -> dict[int, int]:
-            return bronze.write_splits(self.lake, table, batches, attempt, offset, read_at,
-                                       on_batch=progress.add_rows)
+            with first_version.Writer(firsts, attempt, [s.split_id for s in splits], offset,
+                                      read_at) as first:
+                return bronze.write_splits(self.lake, table, first.tee(batches), attempt,
+                                           offset, read_at, on_batch=progress.add_rows)
 
         entries = land_splits(self.pipeline.source, table, splits, view.mariadb, write, view.base)
         progress.split_done(len(entries))

@@ -46,43 +46,65 @@ def create_table(path: str, schema: pa.Schema,
     """Create the Delta table at local `path` holding the rows of `streams` (each opened by
     the thread that writes it, so that only as many read ahead as are written), in one
     commit; files in the order of the streams."""
-    from deltalake import Schema
-    from deltalake.transaction import create_table_with_add_actions
-
     os.makedirs(path, exist_ok=True)
     with ThreadPoolExecutor(max(1, min(len(streams), os.cpu_count() or 1))) as pool:
         actions = [a for written in pool.map(lambda s: write_files(path, schema, s()), streams)
                    for a in written]
+    create_with(path, schema, actions, configuration)
+
+
+def create_with(path: str, schema: pa.Schema, actions: list,
+                configuration: dict | None = None) -> None:
+    """Create the Delta table at local `path` in one commit of files already there."""
+    from deltalake import Schema
+    from deltalake.transaction import create_table_with_add_actions
+
     create_table_with_add_actions(path, Schema.from_arrow(schema), actions, mode="error",
                                   configuration=configuration)
 
 
 def write_files(path: str, schema: pa.Schema, stream: Iterable[pa.RecordBatch]) -> list:
     """The stream's rows in files of about TARGET_ROWS rows under `path`: their add actions."""
-    actions, writer, stats = [], None, None
+    files = Files(path, schema)
     for batch in stream:
-        if writer is None:
-            name = f"part-{uuid.uuid4()}.lz4raw.parquet"
-            writer = pq.ParquetWriter(os.path.join(path, name), schema, compression="lz4_raw",
-                                      use_dictionary=[n for n in REPEATING if n in schema.names])
-            stats = Stats(schema)
-        writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-        stats.add(batch)
-        if stats.rows >= TARGET_ROWS:
-            writer.close()
-            actions.append(_action(path, name, stats))
-            writer = None
-    if writer is not None:
-        writer.close()
-        actions.append(_action(path, name, stats))
-    return actions
+        files.write(batch)
+    return files.close()
 
 
-def _action(path: str, name: str, stats: "Stats"):
-    from deltalake.transaction import AddAction
+class Files:
+    """Batches written, as they come, into files of about TARGET_ROWS rows under `path`."""
 
-    return AddAction(name, os.path.getsize(os.path.join(path, name)), {},
-                     int(time.time() * 1000), True, stats.json())
+    def __init__(self, path: str, schema: pa.Schema):
+        self.path, self.schema = path, schema
+        self.actions: list = []
+        self._writer, self._name, self._stats = None, "", Stats(schema)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self._writer is None:
+            self._name = f"part-{uuid.uuid4()}.lz4raw.parquet"
+            self._writer = pq.ParquetWriter(
+                os.path.join(self.path, self._name), self.schema, compression="lz4_raw",
+                use_dictionary=[n for n in REPEATING if n in self.schema.names])
+            self._stats = Stats(self.schema)
+        self._writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+        self._stats.add(batch)
+        if self._stats.rows >= TARGET_ROWS:
+            self._finish()
+
+    def close(self) -> list:
+        """The files' add actions (paths relative to `path`)."""
+        if self._writer is not None:
+            self._finish()
+        return self.actions
+
+    def _finish(self) -> None:
+        from deltalake.transaction import AddAction
+
+        self._writer.close()
+        self._writer = None
+        self.actions.append(AddAction(
+            self._name, os.path.getsize(os.path.join(self.path, self._name)), {},
+            int(time.time() * 1000), True, self._stats.json()))
 
 
 def _has_bounds(type_: pa.DataType) -> bool:

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_sql import faults
+from cdc_sql.lake import first_version
 from cdc_sql.lake.tables import storage
 from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
@@ -137,8 +138,9 @@ def merged(lake, plan, window: Window, facts) -> bool:
     silver = lake.silver_path(plan.spec.name)
     if reason is None and not lake.tables.merges_here(silver):
         reason = "delta-rs cannot write this table (or does not reach it)"
-    if reason is None and window.first and not lake.tables.exists(silver):
-        reason = _create(lake, plan, window, silver)
+    if window.first and not lake.tables.exists(silver):
+        reason = reason or _create(lake, plan, window, silver)
+        first_version.discard(lake, plan.spec.name)  # taken, or of no use now
     if reason is None and plan.sources[0].qualified in facts.changes_columns:
         reason = _merge_changes(lake, plan, window, silver)
     if reason is not None:
@@ -156,10 +158,19 @@ def _create(lake, plan, window: Window, silver: str) -> str | None:
         return "a large snapshot in an object store (silver is created by the engine)"
     started = time.perf_counter()
     schema = silver_schema(plan)
-    lake.tables.create_from_streams(silver, schema, snapshot_rows(lake, source, window, schema))
+    written = first_version.take(lake, plan.spec.name, window.splits.get(source.qualified, ()),
+                                 schema, silver) if storage(silver) == "local" else None
+    if written is not None:
+        faults.point("silver.first_moved")  # files in silver's directory, not in its log
+        lake.tables.create_with_files(silver, schema, written)
+    else:
+        lake.tables.create_from_streams(silver, schema,
+                                        snapshot_rows(lake, source, window, schema))
     faults.point("silver.snapshot_written")
-    log.debug("silver %s: the snapshot rows, written into silver as it is created, in %.3fs",
-              plan.spec.name, time.perf_counter() - started)
+    log.debug("silver %s: the snapshot rows, %s, in %.3fs", plan.spec.name,
+              "written during the snapshot, committed" if written is not None else
+              "read from bronze, written into silver as it is created",
+              time.perf_counter() - started)
     return None
 
 
@@ -218,10 +229,9 @@ def snapshot_rows(lake, source, window: Window,
         reader = lake.tables.scan(path, [*columns, "_cdc_split_id", "_cdc_read_at"],
                                   [("_cdc_attempt", "=", attempt),
                                    ("_cdc_split_id", "IN", ids.to_pylist())])
-        return (pa.RecordBatch.from_arrays(
-            [*(batch.column(c) for c in columns),
-             pc.take(marks, pc.index_in(batch.column("_cdc_split_id"), value_set=ids)),
-             pa.repeat(pa.scalar("r"), batch.num_rows), batch.column("_cdc_read_at")],
-            schema=schema) for batch in reader)
+        return (first_version.snapshot_image(
+            schema, batch,
+            pc.take(marks, pc.index_in(batch.column("_cdc_split_id"), value_set=ids)),
+            batch.column("_cdc_read_at")) for batch in reader)
 
     return [functools.partial(group, attempt, splits) for attempt, splits in groups.items()]

@@ -86,6 +86,7 @@ class TableOps(Protocol):
              where: list[tuple[str, str, object]]) -> pa.RecordBatchReader: ...
     def create_from_streams(self, path: str, schema: pa.Schema,
                             streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None: ...
+    def create_with_files(self, path: str, schema: pa.Schema, actions: list) -> None: ...
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None: ...
     def reset(self, path: str, schema: pa.Schema) -> None: ...
     def add_columns(self, path: str, fields: list) -> None: ...
@@ -404,6 +405,14 @@ class DeltaRsTables:
         opened = [stream() for stream in streams]
         self.append_arrow(path, (batch for stream in opened for batch in stream), schema)
 
+    def create_with_files(self, path: str, schema: pa.Schema, actions: list) -> None:
+        """Create the local table in one commit of Parquet files already in its directory
+        (`actions`: their delta-rs add actions)."""
+        from cdc_sql.lake import parquet_files
+
+        parquet_files.create_with(str(path), schema, actions,
+                                  configuration=stats_configuration(schema))
+
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
         from deltalake import write_deltalake
 
@@ -681,6 +690,9 @@ class SparkTables:
 
     def create_from_streams(self, path: str, schema: pa.Schema,
                             streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
+    def create_with_files(self, path: str, schema: pa.Schema, actions: list) -> None:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],

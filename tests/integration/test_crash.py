@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -173,4 +174,30 @@ def test_a_kill_after_silver_is_created_in_process_then_equal(mariadb, database,
     mariadb.execute("UPDATE items SET v = 'after' WHERE id % 10 = 0",
                     "DELETE FROM items WHERE id % 13 = 0", db=database)
     run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
+
+
+def test_silver_written_during_the_snapshot_and_killed_before_its_commit_then_equal(
+        mariadb, database, engine, make_pipeline):
+    """Silver's first version is written while the splits are read (lake/first_version.py):
+    killed once its files are in silver's directory but before the commit that creates it,
+    the next run cannot use them (files its manifests name are gone), creates silver from
+    bronze instead, and silver equals the source; the written-ahead files are cleared."""
+    from deltalake import DeltaTable
+
+    from tests.integration.test_cascades import run_killed_at
+
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), at DATETIME(6))",
+                    "INSERT INTO items SELECT seq, 'v', NOW(6) FROM seq_1_to_3000", db=database)
+    pipeline = make_pipeline(f"- name: items\n  source: {database}.items", chunk_size=700)
+    run_killed_at(pipeline, "silver.first_moved@1")
+    silver = Path(silver_path(pipeline, "items"))
+    first = Path(str(pipeline.root)) / "_first/items"
+    assert not (silver / "_delta_log").exists() and list(silver.glob("*.parquet"))
+    assert list(first.glob("*.json"))  # the manifests: their files were moved
+    mariadb.execute("UPDATE items SET v = 'after' WHERE id % 10 = 0",
+                    "DELETE FROM items WHERE id % 13 = 0", db=database)
+    run(pipeline, engine)
+    assert not first.exists()
+    assert DeltaTable(str(silver)).version() >= 0
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
