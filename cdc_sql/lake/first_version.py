@@ -54,12 +54,8 @@ def targets(lake, plans) -> dict[str, list[Target]]:
         if small_merge.plan_unsuitable(plan) is None and storage(silver) == "local" and \
                 lake.tables.merges_here(silver) and not lake.tables.exists(silver):
             found.setdefault(plan.sources[0].qualified, []).append(
-                Target(first_path(lake, plan.spec.name), small_merge.silver_schema(plan)))
+                Target(lake.first_version_path(plan.spec.name), small_merge.silver_schema(plan)))
     return found
-
-
-def first_path(lake, name: str) -> str:
-    return f"{lake.root}/_first/{name}"
 
 
 @dataclass
@@ -144,19 +140,22 @@ def take(lake, name: str, splits: Iterable[tuple[int, str, str]], schema: pa.Sch
     moved into `silver` (a local directory); None when they are not all there (`agreeing`)."""
     from deltalake.transaction import AddAction
 
-    path, splits = first_path(lake, name), list(splits)
+    path, splits = lake.first_version_path(name), list(splits)
     manifests = {attempt: _manifest(path, attempt) for _, attempt, _ in splits}
     attempts = agreeing(manifests, splits, str(schema))
     if attempts is None or not all(os.path.exists(os.path.join(path, a, f["path"]))
                                    for a in attempts for f in manifests[a]["files"]):
         return None
-    os.makedirs(silver, exist_ok=True)
-    actions = []
-    for attempt in attempts:
-        for f in manifests[attempt]["files"]:
-            os.replace(os.path.join(path, attempt, f["path"]), os.path.join(silver, f["path"]))
-            actions.append(AddAction(f["path"], f["size"], {}, int(dt.datetime.now().timestamp()
-                                                                   * 1000), True, f["stats"]))
+    actions, now = [], int(dt.datetime.now().timestamp() * 1000)
+    try:
+        os.makedirs(silver, exist_ok=True)
+        for attempt in attempts:
+            for f in manifests[attempt]["files"]:
+                os.replace(os.path.join(path, attempt, f["path"]),
+                           os.path.join(silver, f["path"]))
+                actions.append(AddAction(f["path"], f["size"], {}, now, True, f["stats"]))
+    except OSError:  # another file system (a mount under the lake): silver is read from bronze
+        return None
     return actions
 
 
@@ -171,4 +170,4 @@ def _manifest(path: str, attempt: str) -> dict | None:
 def discard(lake, name: str) -> None:
     """What was written for silver's first version, once silver exists (or is not created
     here)."""
-    shutil.rmtree(first_path(lake, name), ignore_errors=True)
+    shutil.rmtree(lake.first_version_path(name), ignore_errors=True)

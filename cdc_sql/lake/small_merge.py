@@ -10,7 +10,8 @@ whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with de
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
 and one delta-rs MERGE with the conditions of silver_merge.sql. A first window also creates
 silver here, with the snapshot rows placed at their splits' watermarks (snapshot_images.sql) in
-the creating commit, as the engine does (on a local path written in parallel by
+the creating commit, as the engine does (on a local path, the files lake/first_version.py
+wrote during the snapshot when they agree with state, else written in parallel from bronze by
 lake/parquet_files.py, at any size; in an object store by delta-rs, up to SNAPSHOT_BYTES); its
 changes are then merged like any window's. Everything else about the batch is unchanged: the
 window, the state commit after the MERGE, the replay of a window after a crash (the offset
@@ -140,6 +141,7 @@ def merged(lake, plan, window: Window, facts) -> bool:
         reason = "delta-rs cannot write this table (or does not reach it)"
     if window.first and not lake.tables.exists(silver):
         reason = reason or _create(lake, plan, window, silver)
+    if window.first:
         first_version.discard(lake, plan.spec.name)  # taken, or of no use now
     if reason is None and plan.sources[0].qualified in facts.changes_columns:
         reason = _merge_changes(lake, plan, window, silver)

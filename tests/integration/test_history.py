@@ -77,7 +77,8 @@ def test_history_is_the_tail_of_the_source_trail_through_kills(mariadb, database
     writer = RandomWriter(mariadb, database, "items", 4000, seed=rng.randrange(2**32))
     writer.start()
     outcomes = []
-    points = [p for p in faults.POINTS if not p.startswith("resnapshot.")]  # test_resnapshot's
+    points = [p for p in faults.POINTS  # test_resnapshot's; plain tables' (not with history)
+              if not p.startswith("resnapshot.") and p != "silver.first_moved"]
     try:
         for point in [*points, rng.choice(points)]:
             process = subprocess.Popen(

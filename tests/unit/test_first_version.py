@@ -80,10 +80,10 @@ def test_snapshot_rows_in_silver_columns():
 
 
 def test_written_files_are_taken_whole_or_a_failed_read_leaves_none(tmp_path):
-    lake = types.SimpleNamespace(root=str(tmp_path))
+    lake = types.SimpleNamespace(first_version_path=lambda name: f"{tmp_path}/_first/{name}")
     schema = pa.schema([("id", pa.int64()), ("_cdc_offset", pa.string()),
                         ("_cdc_op", pa.string()), ("_cdc_ts", pa.timestamp("us", tz="UTC"))])
-    target = first_version.Target(first_version.first_path(lake, "t"), schema)
+    target = first_version.Target(lake.first_version_path("t"), schema)
     at = dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc)
     rows = [pa.record_batch({"id": [i], "_cdc_split_id": [i]}) for i in range(3)]
     with first_version.Writer([target], "good", [0, 1, 2], "w1", at) as writer:
