@@ -20,8 +20,10 @@ ignored. Bronze stays the record silver can always be rebuilt from.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ import pyarrow as pa
 from cdc_sql.lake import parquet_files
 from cdc_sql.lake.tables import storage
 
+log = logging.getLogger("cdc_sql")
 MANIFEST = "{attempt}.json"
 
 
@@ -62,7 +65,8 @@ def targets(lake, plans) -> dict[str, list[Target]]:
 class Writer:
     """The silver files of one read of splits, as its batches (source columns, then the split
     id) stream by: `tee` them on the way into bronze; leaving the `with` block without an
-    error writes the manifests, with one removes the files."""
+    error writes the manifests, with one removes the files. Writing ahead is only a shortcut:
+    if it fails, the read goes on and silver is later read from bronze."""
 
     targets: list[Target]
     attempt: str
@@ -83,27 +87,52 @@ class Writer:
     def tee(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             if self._files:
-                offset = pa.repeat(pa.scalar(self.watermark), batch.num_rows)
-                read_at = pa.repeat(pa.scalar(self.read_at, pa.timestamp("us", tz="UTC")),
-                                    batch.num_rows)
-                for files in self._files:
-                    files.write(snapshot_image(files.schema, batch, offset, read_at))
+                try:
+                    self._write(batch)
+                except Exception as exc:  # noqa: BLE001 - bronze goes on; silver reads it
+                    self._abandon(exc)
             yield batch
 
-    def __exit__(self, kind, *_) -> None:
+    def _write(self, batch: pa.RecordBatch) -> None:
+        offset = pa.repeat(pa.scalar(self.watermark), batch.num_rows)
+        read_at = pa.repeat(pa.scalar(self.read_at, pa.timestamp("us", tz="UTC")),
+                            batch.num_rows)
+        for files in self._files:
+            files.write(snapshot_image(files.schema, batch, offset, read_at))
+
+    def _abandon(self, error: Exception | None = None) -> None:
+        if error is not None:
+            log.warning("snapshot rows could not be written ahead into %s (%s): silver's first "
+                        "version will be read from bronze",
+                        ", ".join(t.path for t in self.targets), error)
         for target, files in zip(self.targets, self._files):
-            actions = files.close()
-            if kind is not None:
-                shutil.rmtree(os.path.join(target.path, self.attempt), ignore_errors=True)
-                continue
-            manifest = {"splits": sorted(self.splits), "watermark": self.watermark,
-                        "columns": str(target.schema),
-                        "files": [{"path": a.path, "size": a.size, "stats": a.stats}
-                                  for a in actions]}
-            name = os.path.join(target.path, MANIFEST.format(attempt=self.attempt))
-            with open(name + ".tmp", "w") as out:
-                json.dump(manifest, out)
-            os.replace(name + ".tmp", name)  # complete, or not there
+            with contextlib.suppress(Exception):
+                files.close()
+            shutil.rmtree(os.path.join(target.path, self.attempt), ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(target.path, MANIFEST.format(attempt=self.attempt)))
+        self.targets, self._files = [], []
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is not None:
+            self._abandon()
+            return
+        try:
+            for target, files in zip(self.targets, self._files):
+                _write_manifest(target, self.attempt, {
+                    "splits": sorted(self.splits), "watermark": self.watermark,
+                    "columns": str(target.schema),
+                    "files": [{"path": a.path, "size": a.size, "stats": a.stats}
+                              for a in files.close()]})
+        except Exception as exc:  # noqa: BLE001 - as in tee
+            self._abandon(exc)
+
+
+def _write_manifest(target: Target, attempt: str, manifest: dict) -> None:
+    name = os.path.join(target.path, MANIFEST.format(attempt=attempt))
+    with open(name + ".tmp", "w") as out:
+        json.dump(manifest, out)
+    os.replace(name + ".tmp", name)  # complete, or not there
 
 
 def snapshot_image(schema: pa.Schema, batch: pa.RecordBatch, offset: pa.Array,

@@ -77,7 +77,7 @@ class Files:
     def __init__(self, path: str, schema: pa.Schema):
         self.path, self.schema = path, schema
         self.actions: list = []
-        self._writer, self._name, self._stats = None, "", Stats(schema)
+        self._writer, self._name, self._stats = None, "", None
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self._writer is None:

@@ -106,3 +106,17 @@ def test_written_files_are_taken_whole_or_a_failed_read_leaves_none(tmp_path):
     assert len(actions) == 1 and '"numRecords": 3' in actions[0].stats
     assert pq.read_table(f"{silver}/{actions[0].path}").to_pylist()[2] == {
         "id": 2, "_cdc_offset": "w1", "_cdc_op": "r", "_cdc_ts": at}
+
+
+def test_a_failure_to_write_ahead_leaves_the_read_going_and_nothing_to_take(tmp_path, caplog):
+    lake = types.SimpleNamespace(first_version_path=lambda name: f"{tmp_path}/_first/{name}")
+    wrong = pa.schema([("id", pa.struct([("x", pa.int64())])),  # no cast from the rows' type
+                       ("_cdc_offset", pa.string()),
+                       ("_cdc_op", pa.string()), ("_cdc_ts", pa.timestamp("us", tz="UTC"))])
+    target = first_version.Target(lake.first_version_path("t"), wrong)
+    rows = [pa.record_batch({"id": [i], "_cdc_split_id": [0]}) for i in range(3)]
+    with first_version.Writer([target], "a", [0], "w1", dt.datetime.now(dt.timezone.utc)) as w:
+        assert len(list(w.tee(iter(rows)))) == 3  # bronze gets every batch
+    assert "will be read from bronze" in caplog.text
+    assert not (tmp_path / "_first/t/a").exists() and not (tmp_path / "_first/t/a.json").exists()
+    assert first_version.take(lake, "t", [(0, "a", "w1")], wrong, str(tmp_path / "s")) is None
