@@ -199,9 +199,10 @@ def _plan(args) -> int:
                       f"and silver, and a MERGE that fits in "
                       f"{small_merge.MEMORY_BUDGET // 2**20} MB by the file sizes, is merged in "
                       f"this process by delta-rs with the same rule instead, where delta-rs "
-                      f"reaches the table; so is the first batch, on a local path, or in an "
-                      f"object store with at most {small_merge.SNAPSHOT_BYTES // 2**20} MB of "
-                      f"snapshot rows in bronze)")
+                      f"reaches the table; so is the first batch, on a local path (its "
+                      f"snapshot rows written into silver's files while they are read), or in "
+                      f"an object store with at most {small_merge.SNAPSHOT_BYTES // 2**20} MB "
+                      f"of snapshot rows in bronze)")
             print(describe(batch_steps(lake, plan, later, Facts(), cascaded)))
     return 0
 
