@@ -345,7 +345,7 @@ class Runner:
             if table.qualified in whole else
             group_splits(unfinished[table.qualified], sizes[table.qualified], source.parallelism))]
         levels = snapshot_levels(plans)  # cascades set off cascades: parents first
-        firsts = first_version.targets(self.lake, plans) if pending else {}
+        firsts = small_merge.written_ahead(self.lake, plans) if pending else {}
         rows = 0
         for level in sorted({levels.get(table.qualified, 0) for table, _ in pending}):
             rows += self._read_pending(view, [(table, group) for table, group in pending

@@ -7,8 +7,8 @@ read of splits streams into bronze, its rows also go, in silver's columns, into 
 of their own: `<root>/_first/<silver name>/<attempt>/`, with a manifest (`<attempt>.json`: the
 splits, the watermark, silver's columns, the files and their statistics) written once the files
 are complete and bronze holds the rows. Only where silver will be created in this process
-(`targets`): a plain table, a local lake, silver not there yet, a watermark known at read time
-(a GTID watermark gets its offset later, from the binlog reader).
+(small_merge.written_ahead: a plain table, a local lake, silver not there yet), with a
+watermark known at read time (a GTID watermark gets its offset later, from the binlog reader).
 
 When the first window creates silver, `take` hands over these files, moved into silver's
 directory for the creating commit, if every attempt state records for the window's splits has
@@ -32,7 +32,6 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from cdc_sql.lake import parquet_files
-from cdc_sql.lake.tables import storage
 
 log = logging.getLogger("cdc_sql")
 MANIFEST = "{attempt}.json"
@@ -44,21 +43,6 @@ class Target:
 
     path: str            # <root>/_first/<silver name>
     schema: pa.Schema    # silver's columns (small_merge.silver_schema)
-
-
-def targets(lake, plans) -> dict[str, list[Target]]:
-    """Per source table (qualified name), the silver tables whose first version is written
-    during the snapshot: those small_merge creates here, not yet created."""
-    from cdc_sql.lake import small_merge
-
-    found: dict[str, list[Target]] = {}
-    for plan in plans:
-        silver = lake.silver_path(plan.spec.name)
-        if small_merge.plan_unsuitable(plan) is None and storage(silver) == "local" and \
-                lake.tables.merges_here(silver) and not lake.tables.exists(silver):
-            found.setdefault(plan.sources[0].qualified, []).append(
-                Target(lake.first_version_path(plan.spec.name), small_merge.silver_schema(plan)))
-    return found
 
 
 @dataclass

@@ -75,6 +75,19 @@ def engine_wanted(lake, plans) -> bool:
                storage(lake.silver_path(plan.spec.name)) != "local" for plan in plans)
 
 
+def written_ahead(lake, plans) -> dict[str, list[first_version.Target]]:
+    """Per source table (qualified name), the silver tables whose first version is written
+    during the snapshot (lake/first_version.py): those this module will create, not there yet."""
+    found: dict[str, list[first_version.Target]] = {}
+    for plan in plans:
+        silver = lake.silver_path(plan.spec.name)
+        if plan_unsuitable(plan) is None and storage(silver) == "local" and \
+                lake.tables.merges_here(silver) and not lake.tables.exists(silver):
+            found.setdefault(plan.sources[0].qualified, []).append(first_version.Target(
+                lake.first_version_path(plan.spec.name), silver_schema(plan)))
+    return found
+
+
 def unsuitable(plan, window: Window, facts) -> str | None:
     """Why the window must go through the engine's SQL; None when it may be merged here."""
     reason = plan_unsuitable(plan)
