@@ -4,6 +4,7 @@ from __future__ import annotations
 import decimal
 import functools
 import json
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -29,17 +30,34 @@ def batch(values: list[tuple]) -> pa.RecordBatch:
                             pa.array(times, pa.timestamp("us", tz="UTC"))], schema=SCHEMA)
 
 
+def file_stats(schema: pa.Schema, batches: list[pa.RecordBatch]) -> dict:
+    """The statistics of the add action of the batches written as one file."""
+    with tempfile.TemporaryDirectory() as path:
+        [action] = parquet_files.write_files(path, schema, batches)
+        return json.loads(action.stats, parse_float=decimal.Decimal)
+
+
 @settings(deadline=None)
 @given(st.lists(st.lists(rows, max_size=20), min_size=1, max_size=4))
 def test_statistics_are_the_exact_bounds_and_null_counts(batches):
-    stats = parquet_files.Stats(SCHEMA)
-    for values in batches:
-        stats.add(batch(values))
-    found = json.loads(stats.json(), parse_float=decimal.Decimal)
+    """Bounds come from the file's footer, one row group per batch; unsigned and nested columns
+    beside them (the footer's leaf columns are found past a nested one)."""
+    nested = pa.list_(pa.struct([("k", pa.string()), ("n", pa.int64())]))  # two leaves
+    schema = pa.schema([("tags", nested), *SCHEMA, ("u", pa.uint64())])
+
+    def wider(values: list[tuple]) -> pa.RecordBatch:
+        base = batch(values)
+        tags = pa.array([[{"k": t, "n": i}] if t is not None else None
+                         for i, t, _, _ in values], nested)
+        unsigned = pa.array([i + 2**63 for i, *_ in values], pa.uint64())  # order kept
+        return pa.record_batch([tags, *base.columns, unsigned], schema=schema)
+
+    found = file_stats(schema, [wider(values) for values in batches])
     every = [row for values in batches for row in values]
     assert found["numRecords"] == len(every)
-    for i, name in enumerate(SCHEMA.names[:3]):
-        present = [row[i] for row in every if row[i] is not None]
+    for i, name in [(0, "id"), (1, "s"), (2, "d"), (0, "u")]:
+        present = [row[i] + 2**63 if name == "u" else row[i] for row in every
+                   if row[i] is not None]
         assert found["nullCount"][name] == len(every) - len(present)
         if present:
             order = (lambda t: t.encode()) if name == "s" else None  # UTF-8 byte order
@@ -47,14 +65,23 @@ def test_statistics_are_the_exact_bounds_and_null_counts(batches):
             assert (found["minValues"][name], found["maxValues"][name]) == expected
         else:
             assert name not in found["minValues"]
-    assert "t" not in found["minValues"] and "ts" not in found["maxValues"]  # no bounds
+    assert found["nullCount"]["tags"] == found["nullCount"]["s"]
+    assert not {"t", "ts", "tags"} & (found["minValues"].keys() | found["maxValues"].keys())
 
 
-def test_long_strings_leave_their_column_unbounded():
-    stats = parquet_files.Stats(SCHEMA)
-    stats.add(batch([(1, "a" * 65, None, None), (2, "b", None, None)]))
-    found = json.loads(stats.json())
-    assert "s" not in found["minValues"] and found["minValues"]["id"] == 1
+@pytest.mark.parametrize("long", [65, 5000])  # past LONGEST; past the writer's own limit
+def test_long_strings_leave_their_column_unbounded(long):
+    found = file_stats(SCHEMA, [batch([(1, "b", None, None)]),
+                                batch([(1, "a" * long, None, None), (2, "b", None, None)])])
+    assert "s" not in found["minValues"] and "s" not in found["maxValues"]
+    assert found["minValues"]["id"] == 1
+
+
+def test_a_column_of_nulls_in_one_row_group_keeps_the_others_bounds():
+    found = file_stats(SCHEMA, [batch([(1, None, None, None)]), batch([(2, "b", None, None)])])
+    assert (found["minValues"]["s"], found["maxValues"]["s"]) == ("b", "b")
+    assert found["nullCount"] == {"id": 0, "s": 1, "d": 2, "t": 2, "ts": 2}
+    assert "d" not in found["minValues"]
 
 
 def test_a_table_created_from_streams_in_one_commit(tmp_path):
