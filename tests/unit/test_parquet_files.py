@@ -77,6 +77,11 @@ def test_long_strings_leave_their_column_unbounded(long):
     assert found["minValues"]["id"] == 1
 
 
+def test_strings_up_to_the_longest_are_bounds_at_full_length():
+    found = file_stats(SCHEMA, [batch([(1, "a" * 64, None, None), (2, "b" * 64, None, None)])])
+    assert (found["minValues"]["s"], found["maxValues"]["s"]) == ("a" * 64, "b" * 64)
+
+
 def test_a_column_of_nulls_in_one_row_group_keeps_the_others_bounds():
     found = file_stats(SCHEMA, [batch([(1, None, None, None)]), batch([(2, "b", None, None)])])
     assert (found["minValues"]["s"], found["maxValues"]["s"]) == ("b", "b")
