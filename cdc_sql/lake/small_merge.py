@@ -152,8 +152,8 @@ def merged(lake, plan, window: Window, facts) -> bool:
     silver = lake.silver_path(plan.spec.name)
     if reason is None and not lake.tables.merges_here(silver):
         reason = "delta-rs cannot write this table (or does not reach it)"
-    if window.first and not lake.tables.exists(silver):
-        reason = reason or _create(lake, plan, window, silver)
+    if reason is None and window.first and not lake.tables.exists(silver):
+        reason = _create(lake, plan, window, silver)
     if window.first:
         first_version.discard(lake, plan.spec.name)  # taken, or of no use now
     if reason is None and plan.sources[0].qualified in facts.changes_columns:
