@@ -7,6 +7,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -14,7 +15,7 @@ import threading
 from cdc_sql import engine
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
-from cdc_sql.errors import CdcError
+from cdc_sql.errors import CdcError, redacted
 from cdc_sql.lake import small_merge
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (Facts, batch_steps, cascade_parents, cascade_warnings,
@@ -35,14 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if args.log_format == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.addFilter(_redact)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         handlers=[handler], force=True)
     for noisy in ("py4j", "pymysqlreplication", "grpc"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    # sqlglot warns with the statement it cannot parse in full: a source statement (a CREATE
+    # USER with its password) or a projection. Its errors reach us as exceptions.
+    logging.getLogger("sqlglot").setLevel(logging.CRITICAL)
     try:
         return args.handler(args)
     except CdcError as exc:
-        print(f"cdc-sql: {exc}", file=sys.stderr)
+        print(f"cdc-sql: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 1
@@ -50,11 +55,23 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, SystemExit):
             raise
         log.debug("the traceback of the unexpected error", exc_info=True)
-        text = str(exc).strip().splitlines()
-        print(f"cdc-sql: unexpected {type(exc).__name__}: {text[0] if text else ''} (a bug in "
-              f"cdc-sql: please report it with the output of the same command run with -v)",
-              file=sys.stderr)
+        text = redacted(str(exc)).strip().splitlines()
+        print(f"cdc-sql: unexpected {type(exc).__name__}: {one_line(text[0] if text else '')} "
+              f"(a bug in cdc-sql: please report it with the output of the same command run "
+              f"with -v)", file=sys.stderr)
         return 1
+
+
+def one_line(text: str) -> str:
+    """A message as one line of plain text: line breaks and control characters a file or a
+    value brought into it are escaped (they would split it, or drive the terminal)."""
+    return re.sub(r"[\x00-\x08\x0a-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+
+
+def _redact(record: logging.LogRecord) -> bool:
+    """A log filter: the message with every hidden value shown as its ${VAR} (errors.hide)."""
+    record.msg, record.args = redacted(record.getMessage()), None
+    return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -64,7 +81,7 @@ class JsonFormatter(logging.Formatter):
         entry = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
                  "logger": record.name, "message": record.getMessage()}
         if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info)
+            entry["error"] = redacted(self.formatException(record.exc_info))
         return json.dumps(entry)
 
 
@@ -134,13 +151,24 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine-url", help="Spark Connect URL for --engine remote")
 
 
+def _load(args, offline: bool = False) -> Pipeline:
+    """The pipeline file, its warnings shown (on stderr: stdout is the command's output)."""
+    pipeline = load_pipeline(args.pipeline, offline=offline)
+    for warning in pipeline.warnings:
+        if args.handler is _validate:
+            print(f"warning: {one_line(warning)}", file=sys.stderr)
+        else:
+            log.warning("%s", warning)
+    return pipeline
+
+
 def _engine(args, pipeline: Pipeline):
     return engine.start(args.engine or pipeline.engine.mode,
                         args.engine_url or pipeline.engine.url)
 
 
 def _validate(args) -> int:
-    pipeline = load_pipeline(args.pipeline)
+    pipeline = _load(args, offline=args.offline)
     if args.offline:
         print(f"{args.pipeline}: valid ({len(pipeline.tables)} tables; source not checked)")
         return 0
@@ -158,10 +186,10 @@ def _validate(args) -> int:
         names = ", ".join(t.qualified for t in plan.sources)
         print(f"  {plan.spec.name}: {names} (key: {', '.join(plan.row_key)})")
     databases = sorted({t.db for t in view.source_tables})
-    print(f"grants {source.user} needs (and no more):")
+    print(redacted(f"grants {source.user} needs (and no more):"))
     for grant, why in preflight.needed_grants(source.user, view.mariadb, source.startup,
                                               databases):
-        print(f"  {grant};  -- {why}")
+        print(redacted(f"  {grant};  -- {why}"))
     with mysql.cursor(source) as cur:
         found = mysql.variables(cur, "log_slave_updates", "log_replica_updates",
                                 "gtid_strict_mode", "gtid_mode")
@@ -172,7 +200,7 @@ def _validate(args) -> int:
 
 
 def _plan(args) -> int:
-    pipeline = load_pipeline(args.pipeline)
+    pipeline = _load(args)
     view = preflight.inspect_source(pipeline)
     lake = Lake(None, str(pipeline.root), None)  # paths only: plan reads no lake table
     with mysql.cursor(pipeline.source) as cur:
@@ -210,7 +238,7 @@ def _plan(args) -> int:
 def _run(args) -> int:
     from cdc_sql.pipeline import run_pipeline  # the run's modules: only for `run`
 
-    pipeline = load_pipeline(args.pipeline)
+    pipeline = _load(args)
     stop = threading.Event()
 
     def request_stop(signum, _frame):
@@ -237,7 +265,7 @@ def _run(args) -> int:
 def _verify(args) -> int:
     from cdc_sql.ops.verify import verify_table  # sqlglot's MySQL transpiler: only when verifying
 
-    pipeline = load_pipeline(args.pipeline)
+    pipeline = _load(args)
     names = _table_names(args, pipeline)
     engine = _engine(args, pipeline)
     differing = 0
@@ -255,7 +283,7 @@ def _verify(args) -> int:
 def _resnapshot(args) -> int:
     from cdc_sql import resnapshot
 
-    pipeline = load_pipeline(args.pipeline)
+    pipeline = _load(args)
     names = _table_names(args, pipeline)
     view = preflight.inspect_source(pipeline)
     plans = silver_plans(pipeline, view)
@@ -288,7 +316,7 @@ def _table_names(args, pipeline: Pipeline) -> list[str]:
 def _maintain(args) -> int:
     from cdc_sql.ops.maintain import maintain  # the run's modules: only for `maintain`
 
-    pipeline = load_pipeline(args.pipeline)
+    pipeline = _load(args)
     with target_lock(str(pipeline.root), "maintain"):
         engine = _engine(args, pipeline)
         try:
@@ -308,6 +336,7 @@ def _init(args) -> int:
     from cdc_sql import init  # sqlglot-free, but only `init` needs it
 
     source, database = init.parse_url(args.url, os.environ.get(init.PASSWORD_VARIABLE, ""))
+    init.table_pattern(args.tables)
     tables, mariadb, problems = init.read_source(source, database, args.tables)
     sys.stdout.write(init.starter_yaml(source, database, tables, mariadb, problems))
     for table in tables:
@@ -323,7 +352,7 @@ def _schema(args) -> int:
 
 
 def _status(args) -> int:
-    pipeline = load_pipeline(args.pipeline)
+    pipeline = _load(args)
     engine = _engine(args, pipeline)
     try:
         checkpoint = State(Lake.open(engine, str(pipeline.root))).load()

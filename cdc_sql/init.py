@@ -12,7 +12,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from cdc_sql.config.model import Source
-from cdc_sql.errors import ConfigError, SourceError
+from cdc_sql.errors import ConfigError, SourceError, hide
 from cdc_sql.source import mysql, preflight
 from cdc_sql.source.schema import read_table
 
@@ -30,25 +30,48 @@ class Found:
 
 def parse_url(url: str, password: str = "") -> tuple[Source, str]:
     """`mysql://user@host:port/db` -> (Source, db). A password in the URL is refused: it would
-    end up in shell history; it comes from the environment."""
-    parts = urllib.parse.urlsplit(url)
+    end up in shell history; it comes from the environment. The URL is repeated in messages
+    with its password part, if any, as ***."""
+    expected = f"init: expected mysql://user@host[:port]/database, got {redact_url(url)!r}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or 3306
+    except ValueError as exc:  # a port out of range or not a number, a broken [IPv6] host
+        raise ConfigError(f"{expected} ({exc})") from None
+    if parts.password is not None and "@" in parts.netloc:
+        raise ConfigError(f"init: put the password in ${PASSWORD_VARIABLE}, not in the URL "
+                          f"({redact_url(url)})")
     if parts.scheme not in ("mysql", "mariadb") or not parts.hostname or not parts.username:
-        raise ConfigError(f"init: expected mysql://user@host[:port]/database, got {url!r}")
-    if parts.password:
-        raise ConfigError(f"init: put the password in ${PASSWORD_VARIABLE}, not in the URL")
+        raise ConfigError(expected)
     database = parts.path.strip("/")
     if not database or "/" in database:
         raise ConfigError("init: the URL must name one database: mysql://user@host:port/db")
+    hide(password, f"${PASSWORD_VARIABLE}", minimum=4)
     source = Source(host=parts.hostname, user=urllib.parse.unquote(parts.username),
-                    port=parts.port or 3306, password=password)
+                    port=port, password=password)
     return source, urllib.parse.unquote(database)
+
+
+def redact_url(url: str) -> str:
+    """`scheme://user:secret@host` -> `scheme://user:***@host` (without parsing: a URL too
+    broken to parse may still hold a password)."""
+    return re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url)
+
+
+def table_pattern(pattern: str | None) -> re.Pattern | None:
+    """--tables, checked before the source is asked anything."""
+    try:
+        return re.compile(pattern) if pattern else None
+    except re.error as exc:
+        raise ConfigError(f"init: --tables {pattern!r} is not a regular expression ({exc})") \
+            from None
 
 
 def read_source(source: Source, database: str, pattern: str | None) -> tuple[list[Found], bool,
                                                                           list[str]]:
     """The database's tables (those whose name matches `pattern`), whether it is MariaDB, and
     what its binlog settings lack."""
-    matcher = re.compile(pattern) if pattern else None
+    matcher = table_pattern(pattern)
     with mysql.cursor(source) as cur:
         mariadb = mysql.is_mariadb(cur)
         try:

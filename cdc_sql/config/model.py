@@ -8,16 +8,19 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import re
+import stat
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
+import os
 from pathlib import Path
 from typing import Any
 
 from cdc_sql.config.loader import Document, read_document
 from cdc_sql.config.projection import parse_projection
-from cdc_sql.errors import ConfigError
+from cdc_sql.errors import ConfigError, hide
 
 STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "snapshot-only")
 ENGINE_MODES = ("sail", "remote", "local", "active")
@@ -27,6 +30,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_PART = r"(`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
 _LITERAL_SOURCE = re.compile(rf"{_NAME_PART}\.{_NAME_PART}")
 _IDENTIFIER_OR_EMPTY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)?")
+PASSWORD_FILE_BYTES = 64 * 2**10  # a password, not a file read forever (/dev/zero)
+_LARGEST = 2**63 - 1  # whole numbers travel as 64-bit integers (Arrow, Spark, MySQL)
 
 
 def _key(doc: str, default: Any = MISSING, **rules: Any) -> Any:
@@ -187,6 +192,8 @@ class Pipeline:
     tables: list[Table] = _key("tables to capture; each becomes one silver table")
     engine: EngineConfig = _key("Spark engine; the CLI's --engine overrides it", EngineConfig())
     file: str = field(default="", metadata={"internal": True}, compare=False)
+    # what a person should know but need not stop for, each naming the file, line and key
+    warnings: tuple[str, ...] = field(default=(), metadata={"internal": True}, compare=False)
 
     @property
     def root(self) -> Path:
@@ -199,16 +206,21 @@ class Pipeline:
         raise KeyError(name)
 
 
-def load_pipeline(file: str | Path, environ: dict[str, str] | None = None) -> Pipeline:
-    """Parse and check a pipeline file offline (no database): keys, types, regexes, projections."""
-    doc = read_document(file, environ)
+def load_pipeline(file: str | Path, environ: dict[str, str] | None = None,
+                  offline: bool = False) -> Pipeline:
+    """Parse and check a pipeline file without a database: keys, types, regexes, projections.
+    `offline` (an analyst's pull-request check, where no secrets are): an unset variable or
+    an unreadable password_file is a warning, and everything else is checked as always."""
+    doc = read_document(file, environ, offline)
     pipeline = _build(Pipeline, doc.values, "", doc)
     pipeline = _replace_file(pipeline, str(file))
-    pipeline = _read_secrets(pipeline, doc)
+    warnings = [str(doc.error(f"${{{name}}} is not set: not checked offline (a run needs it)",
+                              path)) for path, name in doc.unset.items()]
+    pipeline = _read_secrets(pipeline, doc, offline, warnings)
     _check_startup(pipeline, doc)
     _check_target(pipeline, doc)
     _check_tables(pipeline, doc)
-    return pipeline
+    return dataclasses.replace(pipeline, warnings=tuple(warnings))
 
 
 def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
@@ -220,7 +232,8 @@ def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
     return dataclasses.replace(pipeline, file=file, target=target)
 
 
-def _read_secrets(pipeline: Pipeline, doc: Document) -> Pipeline:
+def _read_secrets(pipeline: Pipeline, doc: Document, offline: bool = False,
+                  warnings: list[str] | None = None) -> Pipeline:
     """The password from `password_file`; TLS files resolved against the pipeline's folder."""
     source, base = pipeline.source, Path(pipeline.file).resolve().parent
     files = {}
@@ -237,7 +250,7 @@ def _read_secrets(pipeline: Pipeline, doc: Document) -> Pipeline:
     if source.ssl.enabled and source.snapshot_reader == "native":
         raise doc.error("the native snapshot reader (connectorx) cannot use TLS files: use "
                         "snapshot_reader: auto or pymysql", "source.snapshot_reader")
-    if source.password and "source.password" not in doc.interpolated:
+    if source.password and "source.password" not in doc.interpolated | doc.unset.keys():
         raise doc.error("the password is written in the pipeline file itself (not shown): "
                         "take it from the environment (password: ${MYSQL_PASSWORD}) or from a "
                         "file (password_file: /run/secrets/mysql), so that the file holds no "
@@ -246,14 +259,43 @@ def _read_secrets(pipeline: Pipeline, doc: Document) -> Pipeline:
         if source.password:
             raise doc.error("give `password` or `password_file`, not both",
                             "source.password_file")
-        path = base / source.password_file
+        if "source.password_file" in doc.unset:
+            return dataclasses.replace(pipeline, source=source)
         try:
-            password = path.read_text().rstrip("\r\n")
-        except OSError as exc:
-            raise doc.error(f"cannot read {path}: {exc.strerror}", "source.password_file") \
-                from None
+            password = _password_from(base / source.password_file, doc, warnings)
+        except ConfigError as exc:
+            if not offline:
+                raise
+            warnings.append(f"{exc}: not checked offline (a run needs it)")
+            return dataclasses.replace(pipeline, source=source)
         source = dataclasses.replace(source, password=password)
     return dataclasses.replace(pipeline, source=source)
+
+
+def _password_from(path: Path, doc: Document, warnings: list[str]) -> str:
+    """A password file's text: UTF-8, at most PASSWORD_FILE_BYTES, its line break dropped; a
+    file others may read is a warning (a mounted secret is the owner's alone)."""
+    key = "source.password_file"
+    try:
+        with open(path, "rb") as stream:
+            mode = os.fstat(stream.fileno()).st_mode
+            data = stream.read(PASSWORD_FILE_BYTES + 1)
+    except OSError as exc:
+        raise doc.error(f"cannot read {path}: {exc.strerror}", key) from None
+    if len(data) > PASSWORD_FILE_BYTES:
+        raise doc.error(f"{path} is not a password file (more than "
+                        f"{PASSWORD_FILE_BYTES // 1024} KB)", key)
+    try:
+        password = data.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise doc.error(f"{path} is not UTF-8 text (a password file holds the password "
+                        f"as text)", key) from None
+    if stat.S_ISREG(mode) and mode & 0o077:
+        warnings.append(str(doc.error(
+            f"{path} can be read by other users (mode {stat.S_IMODE(mode):04o}): make it "
+            f"the owner's alone (chmod 600)", key)))
+    hide(password, "***", minimum=4)
+    return password
 
 
 def _check_target(pipeline: Pipeline, doc: Document) -> None:
@@ -277,7 +319,7 @@ def _check_startup(pipeline: Pipeline, doc: Document) -> None:
 
         try:
             parse_timestamp(source.startup_timestamp)
-        except ValueError:
+        except (ValueError, OverflowError, OSError):
             raise doc.error(f"`{source.startup_timestamp}` is not a time (write "
                             f"2024-05-01 12:00:00 in UTC, or epoch seconds)",
                             "source.startup_timestamp") from None
@@ -337,12 +379,16 @@ def _build(cls: type, values: Any, path: str, doc: Document) -> Any:
     kwargs = {}
     for name, spec in known.items():
         child = f"{path}.{name}" if path else name
+        required = spec.default is MISSING and spec.default_factory is MISSING
         if name not in values:
-            if spec.default is MISSING and spec.default_factory is MISSING:
+            if required:
                 raise doc.error(f"missing required key `{name}` ({spec.metadata['doc']})", child)
             continue
+        if child in doc.unset:  # offline, its variable unset: the default, or its ${VAR} text
+            if required:
+                kwargs[name] = values[name]
+            continue
         kwargs[name] = _convert(hints[name], values[name], spec.metadata, child, doc)
-        required = spec.default is MISSING and spec.default_factory is MISSING
         if required and kwargs[name] in ("", []):
             raise doc.error(f"`{name}` must not be empty ({spec.metadata['doc']})", child)
     return cls(**kwargs)
@@ -367,17 +413,18 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
         return _build(hint, value, path, doc)
     if isinstance(hint, types.UnionType):
         raise TypeError(hint)
-    shown = "(hidden)" if rules.get("secret") else repr(value)
+    shown = "(hidden)" if rules.get("secret") else _shown(value, path, doc)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            if isinstance(value, str) and re.fullmatch(r"-?\d{1,19}", value.strip()):
                 value = int(value)  # from ${VAR} interpolation
             else:
                 raise doc.error(f"expected a whole number, got {shown}", path)
         if "minimum" in rules and value < rules["minimum"]:
-            raise doc.error(f"must be at least {rules['minimum']}, got {value}", path)
-        if "maximum" in rules and value > rules["maximum"]:
-            raise doc.error(f"must be at most {rules['maximum']}, got {value}", path)
+            raise doc.error(f"must be at least {rules['minimum']}, got {shown}", path)
+        if value > rules.get("maximum", _LARGEST):
+            raise doc.error(f"must be at most {rules.get('maximum', _LARGEST)}, got {shown}",
+                            path)
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -385,8 +432,10 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
                 value = float(str(value))
             except ValueError:
                 raise doc.error(f"expected a number, got {shown}", path) from None
+        if not math.isfinite(value):  # .nan passes every comparison, .inf every minimum
+            raise doc.error(f"expected a finite number, got {shown}", path)
         if "minimum" in rules and value < rules["minimum"]:
-            raise doc.error(f"must be at least {rules['minimum']}, got {value}", path)
+            raise doc.error(f"must be at least {rules['minimum']}, got {shown}", path)
         return float(value)
     if hint is bool:
         if not isinstance(value, bool):
@@ -395,8 +444,8 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
     if hint is str:
         if value is None:
             value = ""
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = str(value)
+        if not isinstance(value, (str, list, dict)) and path in doc.texts:
+            value = doc.texts[path]  # as written: a YAML timestamp, 0123, 1e3, yes
         if not isinstance(value, str):
             raise doc.error(f"expected text, got {_kind(value)}", path)
         if "choices" in rules and value not in rules["choices"]:
@@ -406,6 +455,15 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
                             f"with a digit)", path)
         return value
     raise TypeError(f"unsupported config type {hint}")
+
+
+def _shown(value: Any, path: str, doc: Document) -> str:
+    """A value in a message: as the file wrote it when it came from the environment (the
+    value itself is never repeated)."""
+    if path in doc.interpolated:
+        return f"{doc.texts[path]} (from the environment)"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _kind(value: Any) -> str:

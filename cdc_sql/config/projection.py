@@ -53,6 +53,25 @@ _NON_DETERMINISTIC_NAMES = {
     "SYSTEM_USER", "FOUND_ROWS", "ROW_COUNT", "SLEEP", "MONOTONICALLY_INCREASING_ID",
     "SPARK_PARTITION_ID", "INPUT_FILE_NAME", "SHUFFLE", "CURRENT_TIMEZONE", "CURRENT_DATABASE",
 }
+# Every other node a projection may hold: its structure, column references, literals and
+# operators. Anything else is refused by name, parameters, placeholders and session variables
+# (`:name`, `?`, `@@hostname`, `@x := id`, Spark's `${env:...}`) first among them: they would
+# read the session or the job's environment, not the row.
+_KNOWN_NODES = tuple(getattr(exp, name) for name in (
+    "Select", "From", "Where", "Table", "TableAlias", "Identifier", "Column", "Alias", "Star",
+    "Paren", "Literal", "Boolean", "Null", "HexString", "BitString", "DataType",
+    "DataTypeParam", "Var", "Interval", "EQ", "NEQ", "NullSafeEQ", "NullSafeNEQ", "GT", "GTE",
+    "LT", "LTE", "Add", "Sub", "Mul", "Div", "IntDiv", "Mod", "Neg", "Not", "Is", "In",
+    "Between", "Like", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
+    "BitwiseLeftShift", "BitwiseRightShift"))
+_VARIABLES = tuple(getattr(exp, name) for name in ("Parameter", "Placeholder",
+                                                    "SessionParameter", "PropertyEQ"))
+# What a projection is made of: the select list, FROM <table> [AS alias], WHERE. Any other
+# clause (QUALIFY, OFFSET, FOR UPDATE, TABLESAMPLE, PARTITION (p0), FORCE INDEX...) would be
+# ignored by silver or change what `verify` reads: an analyst's filter must never silently do
+# nothing, so it is refused by name.
+_SELECT_PARTS = {"expressions", "from_", "from", "where"}
+_TABLE_PARTS = {"this", "db", "alias"}
 _FORBIDDEN_CLAUSES = {
     "joins": "a JOIN (a projection reads one table)",
     "group": "GROUP BY (a projection maps one row to one row)",
@@ -98,12 +117,14 @@ def parse_projection(sql: str, table) -> exp.Select:
     for clause, why in _FORBIDDEN_CLAUSES.items():
         if tree.args.get(clause):
             raise ConfigError(f"{why} is not allowed in a projection")
+    _check_clauses(tree, _SELECT_PARTS)
     from_ = tree.args.get("from_") or tree.args.get("from")
     if from_ is None or not isinstance(from_.this, exp.Table):
         raise ConfigError("a projection needs `FROM <table>` naming its source table")
     tables = list(tree.find_all(exp.Table))
     if len(tables) != 1 or any(True for _ in tree.find_all(exp.Subquery)):
         raise ConfigError("a projection reads exactly one table (no joins or subqueries)")
+    _check_clauses(from_.this, _TABLE_PARTS)
     parts = table.literal_parts if table is not None else None
     if parts and from_.this.name.lower() != parts[1].lower():
         raise ConfigError(f"FROM names `{from_.this.name}`, but the source table is `{parts[1]}` "
@@ -118,7 +139,36 @@ def parse_projection(sql: str, table) -> exp.Select:
             raise ConfigError(f"`{node.sql()}` is not deterministic: replaying a change must give "
                               f"the same silver row")
         _check_allowed(node, name)
+    for node in tree.walk():
+        if not isinstance(node, (exp.Func, *_KNOWN_NODES)):
+            _refuse_node(node)
     return tree
+
+
+def _check_clauses(node: exp.Expression, allowed: set[str]) -> None:
+    for part, value in node.args.items():
+        if part not in allowed and value not in (None, False, [], ""):
+            items = value if isinstance(value, list) else [value]
+            shown = " ".join(v.sql(dialect="mysql") if isinstance(v, exp.Expression) else
+                             str(v) for v in items)
+            raise ConfigError(f"`{_short(shown)}` is not allowed in a projection: a projection "
+                              f"is a select list, FROM <its table> and WHERE (a clause silver "
+                              f"would not apply must not look as if it did)")
+
+
+def _refuse_node(node: exp.Expression) -> None:
+    shown = _short(node.sql(dialect="mysql"))
+    if isinstance(node, _VARIABLES):
+        raise ConfigError(f"`{shown}` is not allowed in a projection: parameters, "
+                          f"placeholders and session or environment variables read the "
+                          f"session or the job, not the row")
+    raise ConfigError(f"`{shown}` ({type(node).__name__}) is not allowed in a projection: it "
+                      f"may hold columns, literals, operators, CAST and the functions listed "
+                      f"in docs/pipeline-yaml.md")
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_allowed(node: exp.Func, name: str) -> None:
@@ -126,8 +176,7 @@ def _check_allowed(node: exp.Func, name: str) -> None:
         return
     if name and (name in ALLOWED_NAMES or name.lower() in {u.lower() for u in udfs.UDFS}):
         return
-    shown = node.sql(dialect="mysql")
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    shown = _short(node.sql(dialect="mysql"))
     raise ConfigError(
         f"`{shown}` is not allowed in a projection: a projection may call the deterministic "
         f"built-ins that Spark SQL and MySQL both have with the same results (string, hash, "
