@@ -22,7 +22,9 @@ from cdc_sql.errors import CdcError
 from cdc_sql.sql import quote, string_literal
 
 log = logging.getLogger(__name__)
-SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
+# No `${var}` substitution in SQL text: a projection must not read the job's environment
+# (`${env:AWS_SECRET_ACCESS_KEY}`) or the session's settings (docs/security.md).
+SESSION_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.variable.substitute": "false"}
 MODES = ENGINE_MODES  # the one list, in the config model
 
 
@@ -163,7 +165,9 @@ def start(mode: str = "sail", url: str = "") -> Engine:
 def _start_sail() -> Engine:
     """Sail starts on first use, or in the background from `Engine.prepare()` (1-2 s of imports
     and server start, overlapped with reading the source)."""
-    os.environ.setdefault("RUST_LOG", "warn")  # Sail logs each Delta commit retry as an ERROR line
+    # Sail logs each Delta commit retry as an ERROR line, and warns at every exit that it
+    # aborts its session actor's tasks (`aborting N task(s) for SessionManagerActor`).
+    os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
     engine = Engine("sail", None)
 
     def boot() -> object:

@@ -71,6 +71,11 @@ _VARIABLES = tuple(getattr(exp, name) for name in ("Parameter", "Placeholder",
 # ignored by silver or change what `verify` reads: an analyst's filter must never silently do
 # nothing, so it is refused by name.
 _SELECT_PARTS = {"expressions", "from_", "from", "where"}
+_CLAUSE_NAMES = {"locks": "a locking clause", "hints": "an index hint", "sample": "TABLESAMPLE",
+                 "partition": "PARTITION", "version": "a time-travel clause",
+                 "windows": "WINDOW", "operation_modifiers": "a SELECT modifier",
+                 "laterals": "LATERAL VIEW", "cluster": "CLUSTER BY",
+                 "distribute": "DISTRIBUTE BY", "sort": "SORT BY"}
 _TABLE_PARTS = {"this", "db", "alias"}
 _FORBIDDEN_CLAUSES = {
     "joins": "a JOIN (a projection reads one table)",
@@ -149,11 +154,18 @@ def _check_clauses(node: exp.Expression, allowed: set[str]) -> None:
     for part, value in node.args.items():
         if part not in allowed and value not in (None, False, [], ""):
             items = value if isinstance(value, list) else [value]
-            shown = " ".join(v.sql(dialect="mysql") if isinstance(v, exp.Expression) else
-                             str(v) for v in items)
-            raise ConfigError(f"`{_short(shown)}` is not allowed in a projection: a projection "
-                              f"is a select list, FROM <its table> and WHERE (a clause silver "
-                              f"would not apply must not look as if it did)")
+            shown = " ".join(_sql(v) for v in items)
+            clause = _CLAUSE_NAMES.get(part, part.upper().replace("_", " "))
+            raise ConfigError(f"{clause} (`{_short(shown)}`) is not allowed in a projection: a "
+                              f"projection is a select list, FROM <its table> and WHERE (a "
+                              f"clause silver would not apply must not look as if it did)")
+
+
+def _sql(node) -> str:
+    """A node as MySQL writes it, else as Spark does (each lacks some of the other's)."""
+    if not isinstance(node, exp.Expression):
+        return str(node)
+    return node.sql(dialect="mysql") or node.sql(dialect="spark") or node.key.upper()
 
 
 def _refuse_node(node: exp.Expression) -> None:

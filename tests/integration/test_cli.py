@@ -125,3 +125,22 @@ def test_a_second_writer_on_one_target_is_refused(pipeline, capsys):
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=120) == 0, first.stderr.read().decode()[-2000:]
     assert main(["run", pipeline.file, "--until-caught-up"]) == 0  # released on exit
+
+
+def test_a_clean_run_prints_only_its_own_lines(pipeline):
+    """No library noise on stderr: Sail's `aborting N task(s) for SessionManagerActor` at
+    exit, sqlglot's warnings, tracebacks. Only cdc-sql's own log lines."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+    env["TEST_MYSQL_PASSWORD"] = "cdc-secret"
+    for command in (["run", pipeline.file, "--until-caught-up"], ["verify", pipeline.file]):
+        done = subprocess.run([sys.executable, "-m", "cdc_sql.cli", *command], env=env,
+                              capture_output=True, timeout=300, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        ours = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING) ")
+        assert [line for line in done.stderr.splitlines() if not ours.match(line)] == [], \
+            done.stderr

@@ -72,3 +72,11 @@ def test_a_run_that_needs_the_engine_starts_it_while_the_source_is_read(
     run(pipeline, lazy)
     assert booted == ["booted"]
     assert_silver_equals(engine, pipeline, "p", mariadb, f"SELECT * FROM {database}.t")
+
+
+def test_sql_text_substitutes_no_variables(engine, monkeypatch):
+    """`${env:...}` in SQL text stays text: a projection cannot read the job's environment."""
+    monkeypatch.setenv("CDC_SQL_TEST_SECRET", "leaked")
+    assert engine.spark.conf.get("spark.sql.variable.substitute") == "false"
+    (row,) = engine.spark.sql("SELECT '${env:CDC_SQL_TEST_SECRET}' AS v").collect()
+    assert row.v == "${env:CDC_SQL_TEST_SECRET}"

@@ -282,3 +282,11 @@ def test_init_arguments(capsys, args, fragment):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("cdc-sql: init: ")
     assert fragment in err and "hunter2" not in err and "unexpected" not in err
+
+
+def test_sqlglot_warnings_do_not_reach_the_log(tmp_path, capsys):
+    """sqlglot warns, with the statement, when it falls back to a Command: a source statement
+    (CREATE USER with its password) or a projection must not reach the log that way."""
+    text = GOOD + "    projection: CREATE USER 'x'@'%' IDENTIFIED BY 'hunter2-pw'\n"
+    line = validate(tmp_path, capsys, text)
+    assert "expected `SELECT ... FROM <table>`" in line and "hunter2" not in line

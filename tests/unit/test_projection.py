@@ -118,3 +118,53 @@ def test_udfs_are_allowed(monkeypatch):
 
     monkeypatch.setitem(udfs.UDFS, "mask_email", (lambda v: v, "string"))
     resolve("SELECT id, mask_email(note) AS n FROM orders")
+
+
+@pytest.mark.parametrize("sql, shown", [
+    ("SELECT id, @env:AWS_SECRET_ACCESS_KEY AS k FROM orders", "@env"),
+    ("SELECT id FROM orders WHERE amount > :upto", ":upto"),
+    ("SELECT id, ? AS x FROM orders", "?"),
+    ("SELECT id, @@hostname AS h FROM orders", "@@hostname"),
+    ("SELECT id, @x := id AS y FROM orders", "@x := id"),
+    ("SELECT id, @x AS y FROM orders", "@x"),
+])
+def test_parameters_placeholders_and_variables_are_refused(sql, shown):
+    """They read the session or the job's environment (Spark substitutes ${env:...}), not the
+    row: only known expression nodes pass."""
+    with pytest.raises(ConfigError) as info:
+        resolve(sql)
+    message = str(info.value)
+    assert f"`{shown}" in message and "session or environment variables" in message, message
+
+
+@pytest.mark.parametrize("sql, clause", [
+    ("SELECT id FROM orders QUALIFY id > 1", "QUALIFY id > 1"),
+    ("SELECT id FROM orders TABLESAMPLE (10 PERCENT)", "TABLESAMPLE (`TABLESAMPLE (10 PERCENT)"),
+    ("SELECT id FROM orders PARTITION (p0)", "PARTITION(p0)"),
+    ("SELECT id FROM orders OFFSET 5", "OFFSET 5"),
+    ("SELECT id FROM orders FORCE INDEX (PRIMARY)", "an index hint (`FORCE INDEX"),
+    ("SELECT id FROM orders USE INDEX (x)", "USE INDEX (x)"),
+    ("SELECT id FROM orders FOR UPDATE", "FOR UPDATE"),
+    ("SELECT id FROM orders LOCK IN SHARE MODE", "a locking clause (`FOR SHARE"),
+    ("SELECT SQL_NO_CACHE id FROM orders", "SQL_NO_CACHE"),
+    ("SELECT id FROM orders WINDOW w AS (PARTITION BY id)", "WINDOW"),
+    ("SELECT id FROM orders FOR SYSTEM_TIME AS OF TIMESTAMP '2020-01-01'", "a time-travel"),
+    ("SELECT id FROM orders SORT BY id", "SORT BY"),
+    ("SELECT id FROM orders DISTRIBUTE BY id", "DISTRIBUTE BY"),
+])
+def test_clauses_silver_would_ignore_are_refused_by_name(sql, clause):
+    """A filter an analyst wrote must never silently do nothing: a projection is the select
+    list, FROM and WHERE."""
+    with pytest.raises(ConfigError) as info:
+        resolve(sql)
+    message = str(info.value)
+    assert clause in message and "select list, FROM <its table> and WHERE" in message, message
+
+
+def test_operators_literals_and_casts_pass():
+    resolve("SELECT id, CAST(amount AS DECIMAL(10,2)) AS c, amount BETWEEN 1 AND 2 AS b, "
+            "amount IN (1, 2) AS i, note LIKE 'x%' AS l, note IS NULL AS n, -amount AS m, "
+            "NOT amount AS nn, amount DIV 2 AS d, amount % 2 AS md, amount | 1 AS bo, "
+            "amount & 1 AS ba, amount ^ 1 AS bx, ~amount AS bn, amount << 1 AS sl, x'00' AS hx, "
+            "TRUE AS t, NULL AS z FROM orders AS o WHERE o.amount >= 0 AND (note <> 'a' OR "
+            "note IS NOT NULL)")
