@@ -10,9 +10,13 @@ the only place that knows their JSON form (docs/architecture.md, "State"):
 - `ResnapshotEntry` ("resnapshot", "<db.table>"): a source table read again while the pipeline
   runs (requested, then prepared: capture keeps its changes after `start`);
 - `RunEntry`     ("run", "last"): the last run and its outcome;
-- `OwnerEntry`   ("pipeline", "owner"): the pipeline this target belongs to.
+- `OwnerEntry`   ("pipeline", "owner"): the pipeline this target belongs to;
+- `FormatEntry`  ("format", "state"): the highest state format that wrote here (FORMAT).
 Several entries written together land in one Delta commit: they change together or not at all.
-Reading a value tolerates keys it does not know (a newer writer) and missing ones (an older one).
+Reading a value tolerates keys it does not know (a newer writer of the same format) and missing
+ones (an older one). A checkpoint written by a newer format is refused, and so is a damaged one
+(a value that is not JSON, a field of the wrong type, an unreadable Delta log or file), with a
+StateError naming the entry and what to do: never a half-understood checkpoint.
 """
 from __future__ import annotations
 
@@ -21,16 +25,21 @@ import datetime as dt
 import json
 import threading
 import time
+import types
+import typing
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable
+from typing import Any, ClassVar, Iterable
 
 import pyarrow as pa
 
-from cdc_sql.errors import StateError
+from cdc_sql.errors import StateError, is_transient
 from cdc_sql.source.offsets import Position
 from cdc_sql.source.splits import Split
 
+# The checkpoint's format: raised when an entry's JSON changes so that an older cdc-sql would
+# misread it. Readers refuse a higher one.
+FORMAT = 1
 STATE_SCHEMA = pa.schema([("kind", pa.string()), ("name", pa.string()), ("value", pa.string()),
                           ("seq", pa.int64()), ("run_id", pa.string()),
                           ("written_at", pa.timestamp("us", tz="UTC"))])
@@ -53,6 +62,39 @@ class Entry:
         known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         return cls(**{k: v for k, v in value.items() if k in known})
 
+    @classmethod
+    def checked(cls, name: str, value: Any) -> "Entry":
+        """from_json of a stored value, refusing one that is not this entry's (ValueError)."""
+        if not isinstance(value, dict):
+            raise ValueError(f"a JSON {type(value).__name__} where a record belongs")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name in value and not _fits(value[f.name], hints[f.name]):
+                raise ValueError(f"`{f.name}` is {json.dumps(value[f.name])[:40]}")
+        try:
+            return cls.from_json(name, value)
+        except TypeError as exc:  # a required field missing
+            raise ValueError(str(exc).split("__init__() ")[-1]) from None
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value has the type a dataclass field declares."""
+    if isinstance(hint, types.UnionType):
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint) or hint
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if hint is Any:
+        return True
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin)
+
 
 @dataclass(frozen=True)
 class SplitEntry(Entry):
@@ -65,8 +107,8 @@ class SplitEntry(Entry):
     kind: ClassVar[str] = "split"
     source_table: str
     split_id: int
-    lower: list | None = None
-    upper: list | None = None
+    lower: list[Any] | None = None
+    upper: list[Any] | None = None
     status: str = "planned"
     attempt: str | None = None
     rows: int | None = None
@@ -232,8 +274,21 @@ class OwnerEntry(Entry):
         return cls(pipeline=value.get("name", ""), file=value.get("file", ""))
 
 
+@dataclass(frozen=True)
+class FormatEntry(Entry):
+    """The state format of the newest cdc-sql that wrote this checkpoint (the highest wins)."""
+
+    kind: ClassVar[str] = "format"
+    version: int = FORMAT
+
+    @property
+    def name(self) -> str:
+        return "state"
+
+
 KINDS: dict[str, type[Entry]] = {c.kind: c for c in (SplitEntry, TableEntry, CaptureEntry,
-                                                     ResnapshotEntry, RunEntry, OwnerEntry)}
+                                                     ResnapshotEntry, RunEntry, OwnerEntry,
+                                                     FormatEntry)}
 
 
 @dataclass
@@ -250,9 +305,16 @@ class Checkpoint:
             self.add(entry)
 
     def add(self, entry: Entry) -> None:
+        if isinstance(entry, FormatEntry) and entry.version < self.format:
+            return  # an older cdc-sql wrote after a newer one: the newer format stays
         self.entries[(entry.kind, entry.name)] = entry
         if isinstance(entry, SplitEntry):
             self._splits.setdefault(entry.source_table, {})[entry.name] = entry
+
+    @property
+    def format(self) -> int:
+        entry = self.entries.get(("format", "state"))
+        return entry.version if entry is not None else FORMAT  # type: ignore[attr-defined]
 
     @property
     def capture(self) -> CaptureEntry | None:
@@ -295,14 +357,34 @@ def check_owner(checkpoint: Checkpoint, pipeline_name: str, root: str) -> None:
                          f"is the same pipeline renamed, use its old name)")
 
 
-def decode_rows(rows: Iterable[dict]) -> Checkpoint:
+DAMAGED = ("restore it to its last good version (Delta RESTORE ... TO VERSION AS OF, in Spark "
+           "SQL or delta-rs), or delete the target to start over (every table is read again)")
+
+
+def decode_rows(rows: Iterable[dict], path: str = "_state/checkpoint") -> Checkpoint:
     """State rows (kind, name, value, seq) to a checkpoint; entries of unknown kinds are kept
-    out (a newer cdc-sql's)."""
+    out (a newer cdc-sql's of the same format). A damaged entry is a StateError naming it."""
+    rows = list(rows)
+    for row in rows:
+        if not isinstance(row.get("seq"), int) or not isinstance(row.get("kind"), str) or \
+                not isinstance(row.get("name"), str):
+            raise StateError(f"the checkpoint {path} is damaged (a row without its kind, name "
+                             f"or sequence number): {DAMAGED}")
     checkpoint = Checkpoint()
     for row in sorted(rows, key=lambda r: r["seq"]):
         kind = KINDS.get(row["kind"])
-        if kind is not None:
-            checkpoint.add(kind.from_json(row["name"], json.loads(row["value"])))
+        if kind is None:
+            continue
+        try:
+            checkpoint.add(kind.checked(row["name"], json.loads(row["value"] or "")))
+        except ValueError as exc:  # json.JSONDecodeError is one
+            raise StateError(f"the checkpoint {path} holds a damaged `{row['kind']}` entry "
+                             f"`{row['name'][:80]}` ({str(exc).splitlines()[0][:120]}): "
+                             f"{DAMAGED}") from None
+    if checkpoint.format > FORMAT:
+        raise StateError(f"the checkpoint {path} was written by a newer cdc-sql (state format "
+                         f"{checkpoint.format}; this one reads format {FORMAT} and older): run "
+                         f"that version or a later one")
     return checkpoint
 
 
@@ -315,12 +397,20 @@ class State:
         self.run_id = uuid.uuid4().hex[:12]
         self._last_seq = 0
         self._lock = threading.Lock()
+        self._format_written = False
 
     def load(self) -> Checkpoint:
         if not self.lake.tables.exists(self.path):
             return Checkpoint()
-        return decode_rows(self.lake.tables.read_arrow(
-            self.path, ["kind", "name", "value", "seq"]).to_pylist())
+        try:
+            rows = self.lake.tables.read_arrow(self.path, ["kind", "name", "value", "seq"])
+        except Exception as exc:  # noqa: BLE001 - delta-rs, Arrow, the engine: all say "cannot"
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            error = StateError(f"the checkpoint {self.path} cannot be read ({text[:200]}): if "
+                               f"its storage is reachable, {DAMAGED}")
+            error.transient = is_transient(None, text)
+            raise error from None
+        return decode_rows(rows.to_pylist(), self.path)
 
     def write(self, *entries: Entry) -> None:
         """Append entries in one commit; `seq` orders them across runs and threads."""
@@ -329,6 +419,8 @@ class State:
         now = dt.datetime.now(dt.timezone.utc)
         rows = []
         with self._lock:  # snapshot readers report splits from several threads
+            if not self._format_written:  # with this run's first commit
+                entries, self._format_written = (FormatEntry(), *entries), True
             for entry in entries:
                 self._last_seq = max(time.time_ns(), self._last_seq + 1)
                 rows.append({"kind": entry.kind, "name": entry.name,

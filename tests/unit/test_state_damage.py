@@ -1,0 +1,114 @@
+"""A damaged or newer checkpoint is a StateError naming the table, the entry and what to do;
+never `unexpected JSONDecodeError/TypeError/DeltaError` (lake/state.py)."""
+import glob
+import json
+import types
+
+import pytest
+
+from cdc_sql.cli import main
+from cdc_sql.errors import StateError
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.state import (FORMAT, CaptureEntry, Checkpoint, FormatEntry, SplitEntry,
+                                State, decode_rows)
+
+
+def row(kind: str, name: str, value, seq: int = 1) -> dict:
+    return {"kind": kind, "name": name, "seq": seq,
+            "value": value if isinstance(value, str) else json.dumps(value)}
+
+
+@pytest.mark.parametrize("rows, fragment", [
+    ([row("split", "shop.o#0", '{"source_table": "shop.o", "split_id": 0, "status": "do')],
+     "damaged `split` entry `shop.o#0` (Unterminated string"),
+    ([row("capture", "binlog", [1, 2])], "damaged `capture` entry `binlog` (a JSON list where "
+                                         "a record belongs)"),
+    ([row("split", "shop.o#0", {"source_table": "shop.o"})],
+     "damaged `split` entry `shop.o#0` (missing 1 required positional argument: 'split_id')"),
+    ([row("split", "shop.o#0", {"source_table": "shop.o", "split_id": "zero"})],
+     "(`split_id` is \"zero\")"),
+    ([row("table", "orders", {"applied": 17})], "damaged `table` entry `orders` (`applied`"),
+    ([row("table", "orders", {"key": "id"})], "(`key` is \"id\")"),
+    ([row("capture", "binlog", {"landing": [["a", 1]]})], "(`landing` is"),
+    ([row("run", "last", "")], "damaged `run` entry `last` (Expecting value"),
+    ([{"kind": None, "name": "x", "seq": 1, "value": "{}"}], "a row without its kind"),
+    ([{"kind": "split", "name": "x", "seq": None, "value": "{}"}], "a row without its kind"),
+])
+def test_a_damaged_entry_is_named(rows, fragment):
+    with pytest.raises(StateError) as info:
+        decode_rows(rows, "/lake/_state/checkpoint")
+    message = str(info.value)
+    assert message.startswith("the checkpoint /lake/_state/checkpoint ")
+    assert fragment in message and "RESTORE" in message and "\n" not in message, message
+
+
+def test_good_entries_still_decode():
+    split = SplitEntry("shop.o", 0, [1], None, "done", "a1", 3, "000001:000000000004:000000")
+    checkpoint = decode_rows([row("split", split.name, split.to_json(), 1),
+                              row("capture", "binlog", CaptureEntry("binlog.000001:4").to_json(),
+                                  2),
+                              row("someday", "x", {"new": "kind"}, 3)])  # a newer cdc-sql's
+    assert checkpoint.splits("shop.o") == [split]
+    assert checkpoint.capture.position == "binlog.000001:4"
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused():
+    with pytest.raises(StateError, match=rf"written by a newer cdc-sql \(state format "
+                                         rf"{FORMAT + 1}; this one reads format {FORMAT}"):
+        decode_rows([row("format", "state", {"version": FORMAT + 1})])
+    # an older cdc-sql writing after a newer one does not lower the format
+    with pytest.raises(StateError, match="newer cdc-sql"):
+        decode_rows([row("format", "state", {"version": FORMAT + 1}, 1),
+                     row("format", "state", {"version": FORMAT}, 2)])
+    assert decode_rows([row("format", "state", {"version": FORMAT})]).format == FORMAT
+    assert Checkpoint().format == FORMAT
+
+
+def local_state(root) -> State:
+    return State(Lake.open(types.SimpleNamespace(mode="sail"), str(root)))
+
+
+def test_every_run_records_the_state_format(tmp_path):
+    state = local_state(tmp_path)
+    state.write(CaptureEntry("binlog.000001:4"))
+    state.write(CaptureEntry("binlog.000001:8"))
+    checkpoint = local_state(tmp_path).load()
+    assert checkpoint.entries[("format", "state")] == FormatEntry(FORMAT)
+    assert checkpoint.capture.position == "binlog.000001:8"
+
+
+def damage(root, how: str) -> None:
+    logs = sorted(glob.glob(f"{root}/_state/checkpoint/_delta_log/*.json"))
+    if how == "truncated log":
+        text = open(logs[-1]).read()
+        open(logs[-1], "w").write(text[: len(text) // 2])
+    elif how == "reader feature":  # a commit by a newer Delta writer
+        with open(logs[-1][:-25] + f"{len(logs):020d}.json", "w") as log:
+            log.write(json.dumps({"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                                               "readerFeatures": ["fromTheFuture"],
+                                               "writerFeatures": ["fromTheFuture"]}}) + "\n")
+    elif how == "truncated file":
+        (data,) = glob.glob(f"{root}/_state/checkpoint/*.parquet")[:1]
+        content = open(data, "rb").read()
+        open(data, "wb").write(content[: len(content) // 2])
+
+
+@pytest.mark.parametrize("how, fragment", [
+    ("truncated log", "Truncated record"),
+    ("reader feature", "fromTheFuture"),
+    ("truncated file", "Parquet magic bytes not found"),
+])
+def test_a_damaged_delta_log_or_file_is_a_state_error(tmp_path, capsys, how, fragment):
+    local_state(tmp_path / "lake").write(CaptureEntry("binlog.000001:4"))
+    damage(tmp_path / "lake", how)
+    with pytest.raises(StateError) as info:
+        local_state(tmp_path / "lake").load()
+    assert fragment in str(info.value) and "RESTORE" in str(info.value)
+    # through the command line: one line
+    (tmp_path / "p.yaml").write_text(
+        "name: p\nsource: {host: 127.0.0.1, port: 1, user: u}\ntarget: {path: lake}\n"
+        "tables: [{name: o, source: shop.o}]\n")
+    assert main(["status", str(tmp_path / "p.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"cdc-sql: the checkpoint {tmp_path}/lake/")
+    assert "unexpected" not in err
