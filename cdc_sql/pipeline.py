@@ -23,7 +23,7 @@ import pymysql
 from cdc_sql import faults, resnapshot
 from cdc_sql.capture import Capture
 from cdc_sql.config.model import Pipeline
-from cdc_sql.errors import SourceError
+from cdc_sql.errors import CdcError, SourceError, TargetError, out_of_space, redacted
 from cdc_sql.lake import bronze, first_version, small_merge, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, chained,
@@ -52,16 +52,16 @@ STATE_COMMIT_SECONDS = 1.0
 
 def run_pipeline(pipeline: Pipeline, engine, stop: threading.Event, until_caught_up: bool,
                  give_up_after: float = 300.0) -> RunEntry:
-    """One run; in follow mode, source outages (a restart, a KILL, a network blip) are waited
-    out: the run starts again after 1, 2, 4 ... 30 s, and gives up after `give_up_after`
-    seconds without a run that got going. A scheduled run (until caught up) fails at once:
-    its scheduler retries."""
+    """One run; in follow mode, transient failures (a source restart, a KILL, a network blip,
+    a full target) are waited out: the run starts again after 1, 2, 4 ... 30 s, and gives up
+    after `give_up_after` seconds without a run that got going. A scheduled run (until caught
+    up) fails at once: its scheduler retries."""
     delay, failing_since = 1.0, None
     while True:
         started = time.monotonic()
         try:
             return Runner(pipeline, engine, stop).run(until_caught_up=until_caught_up)
-        except SourceError as exc:
+        except CdcError as exc:
             now_ = time.monotonic()
             if now_ - started > 60:  # that run got going: a new outage
                 delay, failing_since = 1.0, None
@@ -93,6 +93,14 @@ class Runner:
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, until_caught_up: bool = True, poll_seconds: float = 1.0) -> RunEntry:
+        try:
+            return self._run(until_caught_up, poll_seconds)
+        except Exception as exc:
+            if out_of_space(exc) and not isinstance(exc, CdcError):
+                raise self._full(exc) from None
+            raise
+
+    def _run(self, until_caught_up: bool, poll_seconds: float) -> RunEntry:
         view = inspect_source(self.pipeline)
         for warning in view.warnings:
             log.warning(warning)
@@ -102,7 +110,7 @@ class Runner:
         self.engine_wanted = self._wants_engine(plans)
         checkpoint = self.state.load()
         self._claim_target(checkpoint)
-        started = time.monotonic()
+        started, full = time.monotonic(), False
         summary = {"run_id": self.state.run_id, "started_at": now(), "outcome": "failed"}
         try:
             view = self._resolve_server(view, checkpoint)
@@ -141,18 +149,30 @@ class Runner:
                 view = self._refresh_end(view)
             summary["outcome"] = "stopped" if self.stop.is_set() else "ok"
         except Exception as exc:
-            summary["error"] = str(exc)
+            summary["error"], full = redacted(str(exc)), out_of_space(exc)
             raise
         finally:
             summary["seconds"] = round(time.monotonic() - started, 3)
             entry = RunEntry.from_json("last", summary)
             try:
-                self.state.write(entry)
-                metrics.write_run(self.pipeline, entry, self.batches[-metrics.MAX_BATCHES:],
-                                  self.state.load())
-            except Exception:  # noqa: BLE001 - never hide the run's own error
-                log.exception("could not record the run outcome")
+                if not full:  # a full target takes no record either (it would fail, noisily)
+                    self.state.write(entry)
+                    metrics.write_run(self.pipeline, entry,
+                                      self.batches[-metrics.MAX_BATCHES:], self.state.load())
+            except Exception as exc:  # noqa: BLE001 - never hide the run's own error
+                log.warning("could not record the run outcome: %s",
+                            (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+                log.debug("the traceback", exc_info=True)
         return entry
+
+    def _full(self, exc: BaseException) -> TargetError:
+        """The target filled up mid-run: every commit so far is whole (Delta commits are
+        atomic, and each phase's are replay-safe), so the run can simply be repeated."""
+        detail = next((t for t in ("No space left on device", "Disk quota exceeded")
+                       if t.lower() in str(exc).lower()), "out of space")
+        return TargetError(f"the target {self.lake.root} is out of space ({detail}): nothing "
+                           f"committed is lost; free space, then run again (a run following "
+                           f"the binlog retries by itself)")
 
     def ensure_bronze(self, view: SourceView) -> None:
         bronze.ensure_statements_table(self.lake)

@@ -31,6 +31,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
+from cdc_sql.errors import out_of_space
 from cdc_sql.lake import parquet_files
 
 log = logging.getLogger("cdc_sql")
@@ -74,6 +75,8 @@ class Writer:
                 try:
                     self._write(batch)
                 except Exception as exc:  # noqa: BLE001 - bronze goes on; silver reads it
+                    if out_of_space(exc):  # bronze cannot go on either: the run stops
+                        raise
                     self._abandon(exc)
             yield batch
 

@@ -168,11 +168,13 @@ def test_wrong_binlog_format(shop, make_pipeline, mariadb, capsys):
         mariadb.execute("SET GLOBAL binlog_format = 'ROW'")
 
 
-def test_missing_grants(shop, make_pipeline, mariadb, capsys):
+def test_missing_grants(shop, make_pipeline, mariadb, capsys, tmp_path):
     mariadb.execute("CREATE USER IF NOT EXISTS reader@'%' IDENTIFIED BY 'pw-reader'",
                     "GRANT SELECT ON *.* TO reader@'%'")
+    (tmp_path / "reader-password").write_text("pw-reader")
+    (tmp_path / "reader-password").chmod(0o600)
     pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", user="reader",
-                             password="${READER_PASSWORD:-pw-reader}")
+                             password="''", password_file=tmp_path / "reader-password")
     run_refused(capsys, pipeline, "needs BINLOG MONITOR",
                 "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.*")
     mariadb.execute("GRANT BINLOG MONITOR ON *.* TO reader@'%'")
@@ -293,3 +295,65 @@ def test_a_change_that_cannot_be_decoded_stops_every_table_with_its_place(
 
     silver = DeltaTable(f"{pipeline.root}/silver/other").to_pyarrow_table(columns=["id", "v"])
     assert silver.to_pylist() == [{"id": 1, "v": 2}]
+
+
+def _fill_up_after(monkeypatch, writes: int, failures: int = 10**9) -> None:
+    """Writing Parquet files under the target fails with ENOSPC after `writes` batches, for
+    `failures` batches, as a full disk makes pyarrow fail (bronze and silver's first files)."""
+    import errno
+    import itertools
+
+    from cdc_sql.lake import parquet_files
+
+    original, calls = parquet_files.Files.write, itertools.count()
+
+    def write(self, batch):
+        if writes <= next(calls) < writes + failures:
+            raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No "
+                                        "space left on device")
+        return original(self, batch)
+
+    monkeypatch.setattr(parquet_files.Files, "write", write)
+
+
+def test_a_full_target_mid_snapshot_is_one_line_and_the_run_repeats(
+        shop, make_pipeline, mariadb, engine, capsys, monkeypatch):
+    from cdc_sql.lake.parquet_files import Files
+    from tests.integration.helpers import assert_silver_equals
+
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", chunk_size=100,
+                             parallelism=1)
+    space = Files.write
+    _fill_up_after(monkeypatch, writes=1)
+    for _ in range(2):  # and again: the same line
+        message = refused(capsys, "run", pipeline.file, "--until-caught-up")
+        assert message == (f"the target {pipeline.root} is out of space (No space left on "
+                           f"device): nothing committed is lost; free space, then run again (a "
+                           f"run following the binlog retries by itself)")
+    monkeypatch.setattr(Files, "write", space)  # space again
+    code, err = main(["run", pipeline.file, "--until-caught-up"]), capsys.readouterr().err
+    assert code == 0, err
+    assert "Traceback" not in err and "unexpected" not in err
+    assert_silver_equals(engine, pipeline, "o", mariadb, f"SELECT * FROM {shop}.orders")
+
+
+def test_follow_mode_waits_for_space(shop, make_pipeline, engine, caplog, monkeypatch):
+    from cdc_sql.pipeline import run_pipeline
+
+    pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", chunk_size=100,
+                             parallelism=1)
+    _fill_up_after(monkeypatch, writes=1, failures=2)  # two runs fail, the third has space
+    stop = threading.Event()
+
+    def stop_once_silver_exists() -> None:
+        deadline = time.monotonic() + 120
+        while not (pipeline.root / "silver" / "o" / "_delta_log").exists() and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop.set()
+
+    threading.Thread(target=stop_once_silver_exists, daemon=True).start()
+    entry = run_pipeline(pipeline, engine, stop, until_caught_up=False, give_up_after=120)
+    assert entry.outcome == "stopped"
+    retries = [r.getMessage() for r in caplog.records if "running again in" in r.getMessage()]
+    assert len(retries) == 2 and "is out of space" in retries[0], retries

@@ -126,9 +126,11 @@ def private_source(server: MariaDB, tmp_path: Path) -> Path:
     """A pipeline over table d.t of a server of the test's own (for tests that break it)."""
     server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)",
                    "INSERT INTO d.t VALUES (1)")
-    path = tmp_path / "p.yaml"
+    path, secret = tmp_path / "p.yaml", tmp_path / "password"
+    secret.write_text(PASSWORD)
+    secret.chmod(0o600)
     path.write_text(f"name: p\nsource:\n  host: 127.0.0.1\n  port: {server.port}\n"
-                    f"  user: {USER}\n  password: ${{CDC_TEST_PASSWORD:-{PASSWORD}}}\n"
+                    f"  user: {USER}\n  password_file: {secret}\n"
                     f"target:\n  path: {tmp_path / 'lake'}\n"
                     f"tables:\n  - name: t\n    source: d.t\n")
     return path

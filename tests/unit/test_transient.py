@@ -40,3 +40,23 @@ def test_explained_errors_carry_it():
     tls = Source(host="db", user="cdc", ssl=Tls(required=True))
     bad_tls = explain(pymysql.err.OperationalError(2003, "[SSL: CERTIFICATE_VERIFY_FAILED]"), tls)
     assert not bad_tls.transient and "TLS to cdc@db:3306 failed" in str(bad_tls)
+
+
+def _caused(exc: Exception, cause: Exception) -> Exception:
+    exc.__cause__ = cause
+    return exc
+
+
+@pytest.mark.parametrize("exc, full", [
+    (OSError(28, "Error writing bytes to file. Detail: [errno 28] No space left on device"), True),
+    (OSError(122, "Disk quota exceeded"), True),
+    (Exception("Failed to parse parquet: External: Generic LocalFileSystem error: Unable to "
+               "copy data to file: No space left on device (os error 28)"), True),  # delta-rs
+    (_caused(RuntimeError("task failed"), OSError(28, "No space left on device")), True),
+    (OSError(13, "Permission denied"), False),
+    (RuntimeError("Connection refused"), False),
+])
+def test_a_full_target_is_recognised_by_errno_or_text(exc, full):
+    from cdc_sql.errors import out_of_space
+
+    assert out_of_space(exc) is full
