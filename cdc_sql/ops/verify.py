@@ -242,17 +242,23 @@ def _source_query(table: Table, source, names: list[str]) -> tuple[str, list]:
     by_lower = {c.name.lower(): c for c in source.columns}
     for item in tree.expressions:
         if isinstance(item, exp.Star):
-            items += [exp.column(c.name, quoted=True) for c in source.columns]
+            items += [_exact(exp.column(c.name, quoted=True), c) for c in source.columns]
             columns += list(source.columns)
             continue
         inner = item.this if isinstance(item, exp.Alias) else item
-        items.append(item)
-        columns.append(by_lower.get(inner.name.lower()) if isinstance(inner, exp.Column) else None)
+        column = by_lower.get(inner.name.lower()) if isinstance(inner, exp.Column) else None
+        items.append(_exact(inner, column) if column is not None else item)
+        columns.append(column)
     tree.set("expressions", [exp.alias_(item.this if isinstance(item, exp.Alias) else item,
                                         name, quoted=True) for item, name in zip(items, names)])
     for column in tree.find_all(exp.Column):
         column.set("table", None)
     return tree.sql(dialect="mysql"), columns
+
+
+def _exact(node: exp.Expression, column) -> exp.Expression:
+    """A FLOAT column as the DOUBLE it widens to: the text protocol would print six digits."""
+    return exp.cast(node, "DOUBLE") if column.data_type == "float" else node
 
 
 def _canon(value, is_float: bool):

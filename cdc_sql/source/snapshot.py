@@ -8,7 +8,9 @@ Two readers, same rows, same types:
   Columns a native reader would get wrong are cast in the SELECT (DECIMAL and TIME as text, zero
   dates as NULL) and restored to the contract types in Arrow.
 - `pymysql`: an unbuffered cursor inside the consistent-snapshot transaction itself (exact), with
-  per-value normalization; for the column types the native path does not cover yet.
+  per-value normalization; for the column types the native path does not cover yet. FLOAT is
+  read as the DOUBLE it widens to: the text protocol prints a FLOAT with six significant
+  digits (FLT_MAX comes back as 3.40282e38), a DOUBLE with every digit it needs.
 Both stream: memory follows the batch, not the split or the table.
 """
 from __future__ import annotations
@@ -89,7 +91,7 @@ def _select_sql(table: SourceTable, splits: list[Split], native: bool) -> tuple[
     native reader takes no parameters, so bounds are inlined as literals escaped by pymysql."""
     literal = _literal if native else None
     key = [mysql_quote(k) for k in table.key]
-    items = [_select_item(c) if native else mysql_quote(c.name) for c in table.columns]
+    items = [_select_item(c) if native else _text_protocol_item(c) for c in table.columns]
     items += [f"CAST({mysql_quote(c.name)} AS CHAR) AS {mysql_quote(key_text_name(c.name))}"
               for c in table.key_text_columns]  # zero dates stay unique in the key
     split_id, args = _split_id_sql(key, splits, literal)
@@ -109,6 +111,11 @@ def _split_id_sql(key: list[str], splits: list[Split], literal) -> tuple[str, li
         cases.append(f"WHEN {below} THEN {int(split.split_id)}")
         args.extend(bound)
     return f"CASE {' '.join(cases)} ELSE {int(splits[-1].split_id)} END", args
+
+
+def _text_protocol_item(column: Column) -> str:
+    name = mysql_quote(column.name)
+    return f"CAST({name} AS DOUBLE) AS {name}" if column.data_type == "float" else name
 
 
 def _select_item(column: Column) -> str:
