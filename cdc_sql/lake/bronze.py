@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from cdc_sql.errors import SourceError
 from cdc_sql.lake.tables import table_ref
+from cdc_sql.source import ddl
 from cdc_sql.source.binlog import STATEMENTS_SCHEMA
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.rows import META_COLUMNS
@@ -132,9 +133,13 @@ def append_changes(lake, table: SourceTable, batches: list[pa.RecordBatch]) -> N
 
 
 def append_statements(lake, statements: list[dict]) -> None:
+    """The statements of the captured tables, their literals and comments left out (a DEFAULT
+    or COMMENT may hold what the source's owner would not copy into a lake; silver needs only
+    the statement's structure: renames, truncates)."""
     if statements:
+        kept = [{**s, "statement": ddl.redacted(s["statement"])} for s in statements]
         lake.tables.append_arrow(lake.statements_path,
-                                 pa.Table.from_pylist(statements, STATEMENTS_SCHEMA).to_batches(),
+                                 pa.Table.from_pylist(kept, STATEMENTS_SCHEMA).to_batches(),
                                  STATEMENTS_SCHEMA)
 
 

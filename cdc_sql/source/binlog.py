@@ -97,7 +97,6 @@ class BinlogReader:
         self._matches = matches  # does a pipeline table want db.table (a new shard, say)?
         self.schema_changed: list[str] = []  # tables a DDL changed: the pass ended after it
         self.tables = {(t.db, t.name): t for t in tables}
-        self.schemas = {t.db for t in tables}
         self.start, self.stop_at = start, stop_at
         self.skip = skip or {}
         self.drop = drop or {}
@@ -255,9 +254,8 @@ class BinlogReader:
         # DDL (or another statement logged as a statement): a transaction of its own
         touched = self._captured_in(query.schema, statement)
         landed = self.skip.get(("", ""))  # statements bronze already holds
-        if (query.schema in self.schemas or touched) and (
-                landed is None or (self._seq(), event.log_pos) >
-                (landed.file_seq, landed.pos)):
+        if touched and (landed is None or  # only the captured tables' statements are kept
+                        (self._seq(), event.log_pos) > (landed.file_seq, landed.pos)):
             self._statements.append(self._ddl(query, event, touched))
         result = self._commit(event)
         if touched:  # the next pass reads with the tables' new definitions
