@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
                         handlers=[handler], force=True)
     for noisy in ("py4j", "pymysqlreplication", "grpc"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    # Python warnings of libraries (deprecations, a regex's FutureWarning) are no message to a
+    # user: logged, and shown with -v only.
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").setLevel(logging.DEBUG if args.verbose else
+                                              logging.CRITICAL)
     # sqlglot warns with the statement it cannot parse in full: a source statement (a CREATE
     # USER with its password) or a projection. Its errors reach us as exceptions.
     logging.getLogger("sqlglot").setLevel(logging.CRITICAL)
@@ -65,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 def one_line(text: str) -> str:
     """A message as one line of plain text: line breaks and control characters a file or a
     value brought into it are escaped (they would split it, or drive the terminal)."""
-    return re.sub(r"[\x00-\x08\x0a-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+    return re.sub(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]",
+                  lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def _redact(record: logging.LogRecord) -> bool:
@@ -181,7 +187,7 @@ def _validate(args) -> int:
             view.warnings += preflight.check_retention(cur, view.source_tables,
                                                        source.parallelism)
     for warning in view.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {one_line(redacted(warning))}", file=sys.stderr)
     for plan in plans:
         names = ", ".join(t.qualified for t in plan.sources)
         print(f"  {plan.spec.name}: {names} (key: {', '.join(plan.row_key)})")

@@ -99,7 +99,10 @@ REFERENCE_INTRO = """# Pipeline YAML reference
 Generated from the config model (`cdc-sql schema --markdown`); a test keeps this page in sync.
 Unknown keys are errors (with the nearest known key suggested). `${VAR}` and `${VAR:-default}`
 take a value from the environment, in the keys marked *env* only: a pipeline file cannot copy
-other environment variables (the job's secrets) into a projection or a table name. Relative
+other environment variables (the job's secrets) into a projection or a table name; `password`
+is exactly one `${VAR}` (no default), and operators can list the variables a pipeline may read
+(`CDC_SQL_PIPELINE_VARIABLES`, docs/security.md). A pipeline file is plain YAML data: no
+aliases, no tags beyond `!!str`/`!!int`/`!!float`/`!!bool`/`!!null`. Relative
 paths are relative to the YAML file. `pipelines/` has examples; `pipelines/pipeline.schema.json`
 gives editors completion and checks (`# yaml-language-server: $schema=pipeline.schema.json`).
 """

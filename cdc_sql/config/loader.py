@@ -188,7 +188,7 @@ class _Values:
         (2024-02-30, a timestamp that is no date) stays text, an explicit tag must fit."""
         try:
             return _SCALARS.construct_object(node)
-        except (ValueError, TypeError, OverflowError, yaml.YAMLError):
+        except Exception:  # noqa: BLE001 - PyYAML's constructors fail in many ways (`!!int ''`)
             if node.tag == _SCALARS.resolve(yaml.ScalarNode, node.value, (True, False)):
                 return node.value
             raise ConfigError(f"`{node.value[:40]}` is not a valid !!{node.tag[len(_YAML):]}",

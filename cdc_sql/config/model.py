@@ -13,6 +13,7 @@ import re
 import stat
 import types
 import typing
+import warnings
 from dataclasses import MISSING, dataclass, field, fields
 import os
 from pathlib import Path
@@ -156,7 +157,7 @@ class Table:
         literal = self._literal_key
         if literal is not None:
             return literal == (db.lower(), table.lower())
-        return re.fullmatch(self.source, f"{db}.{table}") is not None
+        return source_pattern(self.source).fullmatch(f"{db}.{table}") is not None
 
     @functools.cached_property
     def _literal_key(self) -> tuple[str, str] | None:
@@ -171,6 +172,15 @@ class Table:
             return None
         return tuple(p[1:-1].replace("``", "`") if p.startswith("`") else p  # type: ignore
                      for p in match.groups())
+
+
+@functools.lru_cache(maxsize=1024)
+def source_pattern(source: str) -> re.Pattern:
+    """A source's regular expression, compiled once; Python's warnings about it (a nested set
+    `[[`, which a later Python may read otherwise) are not the user's to see at every run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return re.compile(source)
 
 
 def matching(specs: list[Table], names: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
@@ -348,7 +358,7 @@ def _check_tables(pipeline: Pipeline, doc: Document) -> None:
         path = f"tables[{i}]"
         if table.is_pattern:
             try:
-                re.compile(table.source)
+                source_pattern(table.source)
             except re.error as exc:
                 raise doc.error(f"`{table.source}` is neither db.table nor a valid regular "
                                 f"expression ({exc})", f"{path}.source") from None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 
 import udfs
 from cdc_sql.errors import ConfigError
@@ -103,7 +103,7 @@ def parse_projection(sql: str, table) -> exp.Select:
     for dialect in DIALECTS:
         try:
             statements = sqlglot.parse(sql, read=dialect)
-        except ParseError as exc:
+        except (ParseError, TokenError) as exc:  # TokenError: an unterminated string, say
             first_error = first_error or exc
             continue
         statements = [s for s in statements if s is not None]
@@ -112,10 +112,12 @@ def parse_projection(sql: str, table) -> exp.Select:
         tree = statements[0]
         break
     if tree is None:
-        detail = first_error.errors[0] if first_error.errors else {}
+        detail = (getattr(first_error, "errors", None) or [{}])[0]
         where = f" at line {detail.get('line')}, column {detail.get('col')}" if detail else ""
         near = f" near `{detail.get('highlight')}`" if detail.get("highlight") else ""
         description = detail.get("description", str(first_error)).split(". Line")[0]
+        if isinstance(first_error, TokenError):
+            description = "a quote or comment that does not end"
         raise ConfigError(f"SQL syntax error{where}{near}: {description}")
     if not isinstance(tree, exp.Select):
         raise ConfigError(f"expected `SELECT ... FROM <table>`, got a {tree.key.upper()} statement")

@@ -143,6 +143,19 @@ def test_bad_credentials(shop, make_pipeline, capsys, monkeypatch):
     assert "wrong-pw-123" not in capsys.readouterr().err
 
 
+def test_a_value_from_the_environment_is_never_repeated(shop, mariadb, tmp_path, capsys,
+                                                        monkeypatch):
+    """`user: ${AWS_SECRET_ACCESS_KEY}`: the server's `Access denied for user '...'` and our
+    own message show the variable, never its value."""
+    monkeypatch.setenv("CDC_TEST_SECRET_USER", "AKIA-not-a-user-0123456789")
+    file = write(tmp_path, VALID.replace("  user: cdc", f"  user: ${{CDC_TEST_SECRET_USER}}\n"
+                                                       f"      port: {mariadb.port}"))
+    message = refused(capsys, "run", file, "--until-caught-up")
+    assert f"access denied for ${{CDC_TEST_SECRET_USER}}@127.0.0.1:{mariadb.port}" in message
+    assert "AKIA" not in message + capsys.readouterr().err
+    assert lake_files(tmp_path / "lake") == []
+
+
 def test_unreachable_host(make_pipeline, capsys):
     pipeline = make_pipeline("- name: o\n  source: a.b", port=1)
     run_refused(capsys, pipeline, "cannot connect to cdc@127.0.0.1:1", "source.host/source.port")

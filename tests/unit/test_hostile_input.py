@@ -290,3 +290,17 @@ def test_sqlglot_warnings_do_not_reach_the_log(tmp_path, capsys):
     text = GOOD + "    projection: CREATE USER 'x'@'%' IDENTIFIED BY 'hunter2-pw'\n"
     line = validate(tmp_path, capsys, text)
     assert "expected `SELECT ... FROM <table>`" in line and "hunter2" not in line
+
+
+def test_python_warnings_do_not_reach_the_user(tmp_path):
+    """A source pattern Python warns about (`[[`, a FutureWarning) and any library warning:
+    the command prints its one line only."""
+    import subprocess
+    import sys
+
+    path = write(tmp_path, GOOD.replace("source: shop.orders", "source: shop\\.[[x]"))
+    done = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "validate", "--offline",
+                           str(path)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PW": "x", "PYTHONWARNINGS": "default"})
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == f"{path}: valid (1 tables; source not checked)\n"

@@ -168,3 +168,8 @@ def test_operators_literals_and_casts_pass():
             "amount & 1 AS ba, amount ^ 1 AS bx, ~amount AS bn, amount << 1 AS sl, x'00' AS hx, "
             "TRUE AS t, NULL AS z FROM orders AS o WHERE o.amount >= 0 AND (note <> 'a' OR "
             "note IS NOT NULL)")
+
+
+def test_an_unterminated_string_is_a_syntax_error():
+    rejects("SELECT id FROM orders WHERE note = 'abc", "SQL syntax error: a quote or comment "
+                                                      "that does not end")
