@@ -11,19 +11,11 @@ import pytest
 from cdc_sql.cli import main
 from cdc_sql.config.model import load_pipeline
 from cdc_sql.errors import ConfigError, redacted
+from tests.unit import test_config
 
-GOOD = """\
-name: shop
-source:
-  host: db.internal
-  user: cdc
-  password: ${PW}
-target:
-  path: ./lake
-tables:
-  - name: orders
-    source: shop.orders
-"""
+# test_config's pipeline, without its port and projection: every line number below is its own
+GOOD = test_config.GOOD.replace("  port: ${PORT:-3307}\n", "").split("    projection:")[0]
+
 
 
 @contextlib.contextmanager
