@@ -108,7 +108,7 @@ def read_document(file: str | Path, environ: dict[str, str] | None = None,
     except yaml.reader.ReaderError as exc:
         line = text[:exc.position].count("\n") + 1 if isinstance(exc.position, int) else None
         code = exc.character if isinstance(exc.character, int) else 0
-        raise ConfigError(f"invalid YAML: the control character U+{code:04X} is not allowed "
+        raise ConfigError(f"invalid YAML: the non-printable character U+{code:04X} is not allowed "
                           f"(only tabs and line breaks are)", file, line=line) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

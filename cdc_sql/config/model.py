@@ -9,13 +9,13 @@ import dataclasses
 import difflib
 import functools
 import math
+import os
 import re
 import stat
 import types
 import typing
 import warnings
 from dataclasses import MISSING, dataclass, field, fields
-import os
 from pathlib import Path
 from typing import Any
 
@@ -224,13 +224,13 @@ def load_pipeline(file: str | Path, environ: dict[str, str] | None = None,
     doc = read_document(file, environ, offline)
     pipeline = _build(Pipeline, doc.values, "", doc)
     pipeline = _replace_file(pipeline, str(file))
-    warnings = [str(doc.error(f"${{{name}}} is not set: not checked offline (a run needs it)",
-                              path)) for path, name in doc.unset.items()]
-    pipeline = _read_secrets(pipeline, doc, offline, warnings)
+    notices = [str(doc.error(f"${{{name}}} is not set: not checked offline (a run needs it)",
+                             path)) for path, name in doc.unset.items()]
+    pipeline = _read_secrets(pipeline, doc, offline, notices)
     _check_startup(pipeline, doc)
     _check_target(pipeline, doc)
     _check_tables(pipeline, doc)
-    return dataclasses.replace(pipeline, warnings=tuple(warnings))
+    return dataclasses.replace(pipeline, warnings=tuple(notices))
 
 
 def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
@@ -242,9 +242,10 @@ def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
     return dataclasses.replace(pipeline, file=file, target=target)
 
 
-def _read_secrets(pipeline: Pipeline, doc: Document, offline: bool = False,
-                  warnings: list[str] | None = None) -> Pipeline:
-    """The password from `password_file`; TLS files resolved against the pipeline's folder."""
+def _read_secrets(pipeline: Pipeline, doc: Document, offline: bool,
+                  notices: list[str]) -> Pipeline:
+    """The password from `password_file`; TLS files resolved against the pipeline's folder.
+    `notices` gathers the warnings (offline, a password file that cannot be read is one)."""
     source, base = pipeline.source, Path(pipeline.file).resolve().parent
     files = {}
     for key in ("ca", "cert", "key"):
@@ -272,17 +273,17 @@ def _read_secrets(pipeline: Pipeline, doc: Document, offline: bool = False,
         if "source.password_file" in doc.unset:
             return dataclasses.replace(pipeline, source=source)
         try:
-            password = _password_from(base / source.password_file, doc, warnings)
+            password = _password_from(base / source.password_file, doc, notices)
         except ConfigError as exc:
             if not offline:
                 raise
-            warnings.append(f"{exc}: not checked offline (a run needs it)")
+            notices.append(f"{exc}: not checked offline (a run needs it)")
             return dataclasses.replace(pipeline, source=source)
         source = dataclasses.replace(source, password=password)
     return dataclasses.replace(pipeline, source=source)
 
 
-def _password_from(path: Path, doc: Document, warnings: list[str]) -> str:
+def _password_from(path: Path, doc: Document, notices: list[str]) -> str:
     """A password file's text: UTF-8, at most PASSWORD_FILE_BYTES, its line break dropped; a
     file others may read is a warning (a mounted secret is the owner's alone)."""
     key = "source.password_file"
@@ -301,7 +302,7 @@ def _password_from(path: Path, doc: Document, warnings: list[str]) -> str:
         raise doc.error(f"{path} is not UTF-8 text (a password file holds the password "
                         f"as text)", key) from None
     if stat.S_ISREG(mode) and mode & 0o077:
-        warnings.append(str(doc.error(
+        notices.append(str(doc.error(
             f"{path} can be read by other users (mode {stat.S_IMODE(mode):04o}): make it "
             f"the owner's alone (chmod 600)", key)))
     hide(password, "***", minimum=4)

@@ -17,7 +17,6 @@ from tests.unit import test_config
 GOOD = test_config.GOOD.replace("  port: ${PORT:-3307}\n", "").split("    projection:")[0]
 
 
-
 @contextlib.contextmanager
 def deadline(seconds: float):
     """Fail instead of hanging: SIGALRM interrupts a loop that never ends."""
@@ -95,7 +94,7 @@ def test_deep_nesting_and_aliases_are_refused_with_their_line(tmp_path, capsys, 
 
 @pytest.mark.parametrize("content, fragment", [
     (b"name: caf\xe9\n", "p.yaml:1: invalid YAML: byte 0xE9 is not UTF-8"),
-    (b"name: x\nsource: \x01\n", "p.yaml:2: invalid YAML: the control character U+0001"),
+    (b"name: x\nsource: \x01\n", "p.yaml:2: invalid YAML: the non-printable character U+0001"),
     ("name: !!python/name:os.system x\n", "p.yaml:1: invalid YAML: the YAML tag "
                                           "`!!python/name:os.system` is not allowed"),
     ("name: !foo bar\n", "the YAML tag `!foo` is not allowed"),
