@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import threading
 import time
@@ -29,7 +30,7 @@ import types
 import typing
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable
 
 import pyarrow as pa
 
@@ -67,33 +68,45 @@ class Entry:
         """from_json of a stored value, refusing one that is not this entry's (ValueError)."""
         if not isinstance(value, dict):
             raise ValueError(f"a JSON {type(value).__name__} where a record belongs")
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            if f.name in value and not _fits(value[f.name], hints[f.name]):
-                raise ValueError(f"`{f.name}` is {json.dumps(value[f.name])[:40]}")
+        checks = _field_checks(cls)
+        for key, item in value.items():
+            kinds, items = checks.get(key, (None, None))
+            if kinds is not None and (type(item) not in kinds or
+                                      items is not None and not all(map(items, item))):
+                raise ValueError(f"`{key}` is {json.dumps(item)[:40]}")
         try:
             return cls.from_json(name, value)
         except TypeError as exc:  # a required field missing
             raise ValueError(str(exc).split("__init__() ")[-1]) from None
 
 
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether a JSON value has the type a dataclass field declares."""
-    if isinstance(hint, types.UnionType):
-        return any(_fits(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    origin = typing.get_origin(hint) or hint
-    if origin is list:
-        (item,) = typing.get_args(hint) or (Any,)
-        return isinstance(value, list) and all(_fits(v, item) for v in value)
-    if hint is Any:
-        return True
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, origin)
+@functools.cache
+def _field_checks(cls: type) -> dict[str, tuple[frozenset, Callable | None]]:
+    """Per field of an entry: the JSON types its value may have, and a check of each item of
+    a list of typed items. Built once per class: a checkpoint holds thousands of entries, and
+    checking one value is a set lookup."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: _kinds(hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+def _kinds(hint: Any) -> tuple[frozenset, Callable | None]:
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    kinds: set = set()
+    items = None
+    for option in options:
+        if typing.get_origin(option) is list or option is list:
+            kinds.add(list)
+            (item,) = typing.get_args(option) or (Any,)
+            if item is not Any:
+                items = _each(*_kinds(item))
+        else:  # JSON numbers: a float field takes an integer; true is no number
+            kinds.update({float: (int, float)}.get(option, (option,)))
+    return frozenset(kinds), items
+
+
+def _each(kinds: frozenset, items: Callable | None) -> Callable:
+    """The check of one item of a list: its type, and its own items' if it is a list too."""
+    return lambda v: type(v) in kinds and (items is None or all(map(items, v)))
 
 
 @dataclass(frozen=True)
