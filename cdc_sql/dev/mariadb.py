@@ -83,6 +83,9 @@ class MariaDB:
             [_binary("mariadbd"), "--no-defaults", f"--datadir={self.root / 'data'}",
              f"--socket={self.socket_path}", f"--port={self.port}", "--bind-address=127.0.0.1",
              f"--pid-file={self.root / 'mysqld.pid'}", f"--log-error={self.root / 'error.log'}",
+             # its own tmpdir: a server starting deletes every `#sql*` file of its tmpdir,
+             # which in a shared /tmp are the temporary tables other servers are using
+             f"--tmpdir={self.root}",
              "--skip-name-resolve", "--innodb-buffer-pool-size=256M",
              "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
              "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0",
