@@ -72,7 +72,8 @@ def test_sigkill_mid_snapshot_rereads_only_unfinished_splits(mariadb, database, 
     process = cli(pipeline, env)
     assert process.wait(timeout=120) == -signal.SIGKILL
     before = done_splits(pipeline.root)
-    assert 4 <= len(before) < 30, "kill landed outside the snapshot"
+    # groups of 4 and a last one of 2 (#28, #29), which, half the rows, often lands first
+    assert 2 <= len(before) < 30, "kill landed outside the snapshot"
     mariadb.execute("UPDATE items SET v = 'after kill' WHERE id % 1000 = 0",
                     "DELETE FROM items WHERE id % 999 = 0", db=database)
     run(pipeline, engine)
