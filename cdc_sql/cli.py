@@ -174,7 +174,7 @@ def _validate(args) -> int:
 def _plan(args) -> int:
     pipeline = load_pipeline(args.pipeline)
     view = preflight.inspect_source(pipeline)
-    lake = Lake(None, str(pipeline.root), None)  # paths only: plan reads no lake table
+    lake = Lake(None, pipeline.root, None)  # paths only: plan reads no lake table
     with mysql.cursor(pipeline.source) as cur:
         for plan in silver_plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
@@ -220,7 +220,7 @@ def _run(args) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with target_lock(str(pipeline.root), "run"):
+    with target_lock(pipeline.root, "run", on_lost=stop.set):
         engine = _engine(args, pipeline)
         try:
             summary = run_pipeline(pipeline, engine, stop, args.until_caught_up,
@@ -242,7 +242,7 @@ def _verify(args) -> int:
     engine = _engine(args, pipeline)
     differing = 0
     try:
-        checkpoint = State(Lake.open(engine, str(pipeline.root))).load()
+        checkpoint = State(Lake.open(engine, pipeline.root)).load()
         for name in names:
             report = verify_table(engine, pipeline, pipeline.table(name), checkpoint)
             print(f"{name}: {report.summary()}")
@@ -262,7 +262,7 @@ def _resnapshot(args) -> int:
     silver, tables = resnapshot.closure(names, sources_by_table(plans), cascade_parents(plans))
     engine = _engine(args, pipeline)
     try:
-        State(Lake.open(engine, str(pipeline.root))).write(*resnapshot.requests(
+        State(Lake.open(engine, pipeline.root)).write(*resnapshot.requests(
             tables, f"cdc-sql resnapshot --tables {','.join(silver)}", preflight.now()))
     finally:
         engine.stop()
@@ -289,7 +289,7 @@ def _maintain(args) -> int:
     from cdc_sql.ops.maintain import maintain  # the run's modules: only for `maintain`
 
     pipeline = load_pipeline(args.pipeline)
-    with target_lock(str(pipeline.root), "maintain"):
+    with target_lock(pipeline.root, "maintain"):
         engine = _engine(args, pipeline)
         try:
             report = maintain(engine, pipeline, args.retention_hours)
@@ -326,7 +326,7 @@ def _status(args) -> int:
     pipeline = load_pipeline(args.pipeline)
     engine = _engine(args, pipeline)
     try:
-        checkpoint = State(Lake.open(engine, str(pipeline.root))).load()
+        checkpoint = State(Lake.open(engine, pipeline.root)).load()
     finally:
         engine.stop()
     end, logs = status.source_binlog(pipeline)
