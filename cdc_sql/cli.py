@@ -20,6 +20,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (Facts, batch_steps, cascade_parents, cascade_warnings,
                                  describe, silver_plans, sources_by_table)
 from cdc_sql.lake.state import State
+from cdc_sql.location import redact
 from cdc_sql.lock import target_lock
 from cdc_sql.ops import status
 from cdc_sql.planner import Window
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if args.log_format == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.addFilter(Redacting())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         handlers=[handler], force=True)
     for noisy in ("py4j", "pymysqlreplication", "grpc"):
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except CdcError as exc:
-        print(f"cdc-sql: {exc}", file=sys.stderr)
+        print(f"cdc-sql: {redact(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 1
@@ -51,10 +53,22 @@ def main(argv: list[str] | None = None) -> int:
             raise
         log.debug("the traceback of the unexpected error", exc_info=True)
         text = str(exc).strip().splitlines()
-        print(f"cdc-sql: unexpected {type(exc).__name__}: {text[0] if text else ''} (a bug in "
+        print(f"cdc-sql: unexpected {type(exc).__name__}: {redact(text[0]) if text else ''} (a bug in "
               f"cdc-sql: please report it with the output of the same command run with -v)",
               file=sys.stderr)
         return 1
+
+
+class Redacting(logging.Filter):
+    """Passwords in URLs and signatures in query strings never reach a log line, whichever
+    library's message carries them (cdc_sql/location.py's `redact`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        shown = redact(message)
+        if shown != message:
+            record.msg, record.args = shown, ()
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -166,6 +180,10 @@ def _validate(args) -> int:
         found = mysql.variables(cur, "log_slave_updates", "log_replica_updates",
                                 "gtid_strict_mode", "gtid_mode")
     print(f"failover: {failover.readiness(view.mariadb, found)}")
+    if pipeline.root.object_store:
+        from cdc_sql.lake import objects
+
+        print(objects.check_target(pipeline.root, os.environ))
     print(f"{args.pipeline}: valid ({len(plans)} tables, source "
           f"{'MariaDB' if view.mariadb else 'MySQL'}, binlog at {view.end})")
     return 0

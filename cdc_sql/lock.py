@@ -222,6 +222,9 @@ class _Lease:
 def _lease(root: Location, command: str, on_lost: Callable[[], None]) -> Iterator[None]:
     from cdc_sql.lake import objects
 
+    problem = objects.unsafe_settings(os.environ) if root.storage in ("s3", "s3a") else None
+    if problem is not None:
+        raise StateError(f"target {root.redacted()}: {problem}")
     lease = _Lease(objects.store(root), root, command, on_lost)
     try:
         lease.take()

@@ -128,6 +128,37 @@ def probe(root: Location) -> None:
                        f"2024; see docs/engines.md, \"Object storage\")")
 
 
+def unsafe_settings(environ) -> str | None:
+    """Why the environment's S3 settings would let a Delta commit be lost; None when they
+    would not. delta-rs 1.x commits with put-if-absent (`probe` checks the store honours it);
+    AWS_S3_ALLOW_UNSAFE_RENAME asks it to give up on safety where it cannot have it, and a
+    locking provider (DynamoDB) is no longer read by it: a setup relying on either is not
+    what it seems."""
+    unsafe = environ.get("AWS_S3_ALLOW_UNSAFE_RENAME", "").strip().lower()
+    if unsafe in ("1", "true", "yes", "on"):
+        return ("AWS_S3_ALLOW_UNSAFE_RENAME is set: cdc-sql never commits to S3 without "
+                "put-if-absent (two writers of one Delta version would lose a commit); unset "
+                "it (see docs/engines.md, \"Object storage\")")
+    provider = environ.get("AWS_S3_LOCKING_PROVIDER", "").strip()
+    if provider:
+        return (f"AWS_S3_LOCKING_PROVIDER={provider} is set, but delta-rs 1.x no longer uses "
+                f"a locking provider: its commits rely on the store's conditional puts, which "
+                f"`validate` checks; unset it (see docs/engines.md, \"Object storage\")")
+    return None
+
+
+def check_target(root: Location, environ) -> str:
+    """`validate`'s check of an object-store target: the settings, then the probe; one line
+    saying what holds, or CdcError."""
+    if root.storage in ("s3", "s3a"):
+        problem = unsafe_settings(environ)
+        if problem is not None:
+            raise CdcError(f"target {root.redacted()}: {problem}")
+    probe(root)
+    return (f"target {root.redacted()}: reachable and writable; it refuses a second "
+            f"put-if-absent, so concurrent Delta commits cannot overwrite each other")
+
+
 def explain(exc: Exception) -> str:
     """One line for an object store's error: what went wrong, without its debug dump."""
     name = type(exc).__name__

@@ -112,3 +112,14 @@ def test_an_object_store_target_stays_a_url_in_the_pipeline(tmp_path):
                         ("rel/lake", str(tmp_path / "rel" / "lake"))):
         pipeline = load_pipeline(file, environ={"LAKE": written})
         assert str(pipeline.root) == root
+
+
+def test_log_lines_never_carry_a_url_password():
+    import logging
+
+    from cdc_sql.cli import Redacting
+
+    record = logging.LogRecord("cdc_sql", logging.INFO, __file__, 1, "opening %s for %s",
+                               ("s3://KEY:SECRET@bucket/lake", "run"), None)
+    assert Redacting().filter(record)
+    assert record.getMessage() == "opening s3://***@bucket/lake for run"
