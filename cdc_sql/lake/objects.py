@@ -12,6 +12,7 @@ commit, not after.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 from dataclasses import dataclass
 
@@ -47,6 +48,23 @@ def store(root: Location):
     except Exception as exc:  # noqa: BLE001 - obstore's configuration errors
         raise CdcError(f"target {root.redacted()}: cannot configure its object store: "
                        f"{first_line(exc)}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _cached(url: str):
+    return store(Location.of(url))
+
+
+def has_delta_log(path: str) -> bool:
+    """Whether a Delta table is at `path` (an object-store URL): an object under its
+    `_delta_log/`. Not delta-rs's `is_deltatable`, which holds Python's lock while it waits on
+    the network: with delta-rs's own threads pulling batches of streamed writes from Python
+    (snapshot splits in parallel), the two waited for each other forever (seen on S3)."""
+    import obstore
+
+    for chunk in obstore.list(_cached(path), prefix="_delta_log/", chunk_size=1):
+        return bool(chunk)
+    return False
 
 
 def create(objects, name: str, data: bytes) -> dict:

@@ -187,7 +187,11 @@ def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Sc
     from deltalake import CommitProperties, write_deltalake
 
     target = table if hasattr(table, "update_incremental") else str(table)
-    write_deltalake(target, pa.RecordBatchReader.from_batches(schema, batches), mode="append",
+    # a list is handed over as Arrow's own reader: delta-rs's threads then pull it without
+    # Python's lock (a stream's batches come from Python, a snapshot's reader)
+    reader = pa.Table.from_batches(batches, schema).to_reader() if isinstance(batches, list) \
+        else pa.RecordBatchReader.from_batches(schema, batches)
+    write_deltalake(target, reader, mode="append",
                     writer_properties=writer_properties(), schema_mode=schema_mode,
                     configuration=configuration,
                     commit_properties=CommitProperties(max_commit_retries=max_commit_retries))
@@ -276,13 +280,13 @@ class DeltaRsTables:
             yield entry[1]
 
     def exists(self, path: str) -> bool:
-        from deltalake import DeltaTable
-
         if storage(path) == "local":
             import os
 
             return os.path.isdir(os.path.join(str(path), "_delta_log"))
-        return DeltaTable.is_deltatable(str(path))
+        from cdc_sql.lake import objects
+
+        return objects.has_delta_log(str(path))
 
     def version(self, path: str) -> int | None:
         with self._table(path) as table:
