@@ -108,7 +108,8 @@ class Source:
 
 @dataclass(frozen=True)
 class Target:
-    path: str = _key("Delta root: bronze/, silver/ and _state/ live under it")
+    path: str = _key("Delta root: bronze/, silver/ and _state/ live under it; a local path or "
+                     "an s3://, abfss://, gs:// URL (credentials from the environment)")
     catalog: str = _key("catalog to register silver tables in by name (e.g. Unity Catalog "
                         "`main`); needs `schema`", "", pattern=_IDENTIFIER_OR_EMPTY)
     schema: str = _key("schema (database) to register silver tables in by name, e.g. `silver`: "
