@@ -182,6 +182,10 @@ class _Lease:
         found = objects.read(self.objects, LOCK)
         raise _refusal(self.root, holder(found.data if found else b""), self.command)
 
+    def renew(self) -> None:
+        """Keep the lease from now on, on its own thread, until `release`."""
+        self._thread.start()
+
     def _renew(self) -> None:
         from cdc_sql.lake import objects
 
@@ -233,7 +237,7 @@ def _lease(root: Location, command: str, on_lost: Callable[[], None]) -> Iterato
     except Exception as exc:  # noqa: BLE001 - unreachable, no bucket, no credentials
         raise StateError(f"target {root.redacted()} cannot be locked: "
                          f"{objects.explain(exc)}") from None
-    lease._thread.start()
+    lease.renew()
     try:
         yield
     finally:
