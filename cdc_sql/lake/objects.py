@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -179,20 +180,18 @@ def check_target(root: Location, environ) -> str:
 
 def explain(exc: Exception) -> str:
     """One line for an object store's error: what went wrong, without its debug dump."""
-    name = type(exc).__name__
-    text = first_line(exc)
+    name, text = type(exc).__name__.lower(), first_line(exc)
     lowered = text.lower()
-    if "permission" in name.lower() or "403" in text or "forbidden" in lowered or \
-            "accessdenied" in lowered or "authoriz" in lowered:
-        return f"access denied (check the credentials in the environment): {text}"
-    if "unauthenticated" in name.lower() or "401" in text:
-        return f"no valid credentials (set them in the environment): {text}"
-    if "nosuchbucket" in lowered or "containernotfound" in lowered or \
-            "bucket" in lowered and "not found" in lowered or "404" in text:
-        return f"the bucket or container does not exist: {text}"
-    if "connect" in lowered or "dns" in lowered or "timed out" in lowered or \
-            "error sending request" in lowered:
+    status = {int(code) for code in re.findall(r"(?:status code: |code: |\()(4\d\d)\b", text)}
+    if "error sending request" in lowered or "connect" in lowered or "dns" in lowered or \
+            "timed out" in lowered:
         return f"the endpoint cannot be reached (check AWS_ENDPOINT_URL or the network): {text}"
+    if "unauthenticated" in name or 401 in status:
+        return f"no valid credentials (set them in the environment): {text}"
+    if "permission" in name or 403 in status or "accessdenied" in lowered:
+        return f"access denied (check the credentials in the environment): {text}"
+    if 404 in status or "nosuchbucket" in lowered or "containernotfound" in lowered:
+        return f"the bucket or container does not exist: {text}"
     return text
 
 

@@ -123,3 +123,18 @@ def test_log_lines_never_carry_a_url_password():
                                ("s3://KEY:SECRET@bucket/lake", "run"), None)
     assert Redacting().filter(record)
     assert record.getMessage() == "opening s3://***@bucket/lake for run"
+
+
+@pytest.mark.parametrize("text, said", [
+    ("Generic S3 error: Error performing PUT http://127.0.0.1:9/b/_cdc_sql_probe/4b3404 in "
+     "225ms, after 2 retries - HTTP error: error sending request", "cannot be reached"),
+    ("Object at location p/x not found: Error performing PUT http://h/b/p/x - Server returned "
+     "non-2xx status code: 404 Not Found: <?xml", "does not exist"),
+    ("Generic S3 error: ... Server returned non-2xx status code: 403 Forbidden", "access denied"),
+    ("Bulk delete request failed (code: 401)", "no valid credentials"),
+])
+def test_an_object_store_error_is_named_in_one_line(text, said):
+    from cdc_sql.lake.objects import explain
+
+    assert said in explain(RuntimeError(text + "\n\nDebug source: ..."))
+    assert "Debug source" not in explain(RuntimeError(text + "\n\nDebug source: ..."))
