@@ -15,11 +15,16 @@ if [ "$#" -eq 0 ]; then
     tests/integration/test_capture.py tests/integration/test_history.py \
     tests/integration/test_verify.py tests/integration/test_resnapshot.py
   echo "== the pipeline tests with an s3:// target (moto's S3 server on loopback)"
+  # Left to the local pass: source-side behaviours and the longest random-writer runs, to
+  # which the store adds nothing the other kill tests here do not cover (3.5 of 11 minutes).
+  local_only="larger_than_a_batch_lands or nested_cascades_during or source_gone_mid_follow"
+  local_only="$local_only or outlives_a_source_restart or tail_of_the_source_trail_through_kills"
   CDC_SQL_TEST_STORE=s3 .venv/bin/python -m pytest -q \
     tests/integration/test_end_to_end.py tests/integration/test_capture.py \
     tests/integration/test_history.py tests/integration/test_cascades.py \
     tests/integration/test_resnapshot.py tests/integration/test_verify.py \
-    tests/integration/test_operate.py tests/integration/test_crash.py
+    tests/integration/test_operate.py tests/integration/test_crash.py \
+    -k "not ($local_only)"
   echo "== a subset with an abfss:// target (Azurite on loopback)"
   CDC_SQL_TEST_STORE=azure .venv/bin/python -m pytest -q \
     tests/integration/test_end_to_end.py tests/integration/test_verify.py
