@@ -21,6 +21,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (Facts, batch_steps, cascade_parents, cascade_warnings,
                                  describe, silver_plans, sources_by_table)
 from cdc_sql.lake.state import State
+from cdc_sql.location import redact
 from cdc_sql.lock import target_lock
 from cdc_sql.ops import status
 from cdc_sql.planner import Window
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except CdcError as exc:
-        print(f"cdc-sql: {one_line(str(exc))}", file=sys.stderr)
+        print(f"cdc-sql: {one_line(redact(str(exc)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 1
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, SystemExit):
             raise
         log.debug("the traceback of the unexpected error", exc_info=True)
-        text = redacted(str(exc)).strip().splitlines()
+        text = shown(str(exc)).strip().splitlines()
         print(f"cdc-sql: unexpected {type(exc).__name__}: {one_line(text[0] if text else '')} "
               f"(a bug in cdc-sql: please report it with the output of the same command run "
               f"with -v)", file=sys.stderr)
@@ -74,9 +75,15 @@ def one_line(text: str) -> str:
                   lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
+def shown(text: str) -> str:
+    """Text as a user may see it: every hidden value shown as its ${VAR} (errors.hide), and
+    passwords in URLs and signatures in query strings as *** (location.redact)."""
+    return redact(redacted(text))
+
+
 def _redact(record: logging.LogRecord) -> bool:
-    """A log filter: the message with every hidden value shown as its ${VAR} (errors.hide)."""
-    record.msg, record.args = redacted(record.getMessage()), None
+    """A log filter: the message as `shown`, whichever library's message carries it."""
+    record.msg, record.args = shown(record.getMessage()), None
     return True
 
 
@@ -200,6 +207,10 @@ def _validate(args) -> int:
         found = mysql.variables(cur, "log_slave_updates", "log_replica_updates",
                                 "gtid_strict_mode", "gtid_mode")
     print(f"failover: {failover.readiness(view.mariadb, found)}")
+    if pipeline.root.object_store:
+        from cdc_sql.lake import objects
+
+        print(objects.check_target(pipeline.root, os.environ))
     print(f"{args.pipeline}: valid ({len(plans)} tables, source "
           f"{'MariaDB' if view.mariadb else 'MySQL'}, binlog at {view.end})")
     return 0
@@ -208,7 +219,7 @@ def _validate(args) -> int:
 def _plan(args) -> int:
     pipeline = _load(args)
     view = preflight.inspect_source(pipeline)
-    lake = Lake(None, str(pipeline.root), None)  # paths only: plan reads no lake table
+    lake = Lake(None, pipeline.root, None)  # paths only: plan reads no lake table
     with mysql.cursor(pipeline.source) as cur:
         for plan in silver_plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
@@ -254,7 +265,7 @@ def _run(args) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with target_lock(str(pipeline.root), "run"):
+    with target_lock(pipeline.root, "run", on_lost=stop.set):
         engine = _engine(args, pipeline)
         try:
             summary = run_pipeline(pipeline, engine, stop, args.until_caught_up,
@@ -276,7 +287,7 @@ def _verify(args) -> int:
     engine = _engine(args, pipeline)
     differing = 0
     try:
-        checkpoint = State(Lake.open(engine, str(pipeline.root))).load()
+        checkpoint = State(Lake.open(engine, pipeline.root)).load()
         for name in names:
             report = verify_table(engine, pipeline, pipeline.table(name), checkpoint)
             print(f"{name}: {report.summary()}")
@@ -296,7 +307,7 @@ def _resnapshot(args) -> int:
     silver, tables = resnapshot.closure(names, sources_by_table(plans), cascade_parents(plans))
     engine = _engine(args, pipeline)
     try:
-        State(Lake.open(engine, str(pipeline.root))).write(*resnapshot.requests(
+        State(Lake.open(engine, pipeline.root)).write(*resnapshot.requests(
             tables, f"cdc-sql resnapshot --tables {','.join(silver)}", preflight.now()))
     finally:
         engine.stop()
@@ -323,7 +334,7 @@ def _maintain(args) -> int:
     from cdc_sql.ops.maintain import maintain  # the run's modules: only for `maintain`
 
     pipeline = _load(args)
-    with target_lock(str(pipeline.root), "maintain"):
+    with target_lock(pipeline.root, "maintain"):
         engine = _engine(args, pipeline)
         try:
             report = maintain(engine, pipeline, args.retention_hours)
@@ -361,7 +372,7 @@ def _status(args) -> int:
     pipeline = _load(args)
     engine = _engine(args, pipeline)
     try:
-        checkpoint = State(Lake.open(engine, str(pipeline.root))).load()
+        checkpoint = State(Lake.open(engine, pipeline.root)).load()
     finally:
         engine.stop()
     end, logs = status.source_binlog(pipeline)

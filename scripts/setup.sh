@@ -45,5 +45,19 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 || true
   echo "$wanted" > "$stamp"
 fi
+
+# Object-store endpoints for the tests (tests/objstores.py): moto's S3 server comes with the
+# test extra above; Azurite (Azure Blob / ADLS) is an npm package, kept beside the venv.
+AZURITE_VERSION=3.35.0  # the newest for Node 18-20 (3.36 asks for 21+)
+if [ ! -x .venv/azurite/node_modules/.bin/azurite-blob ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: installing Node.js and npm (Debian packages) for Azurite" >&2
+    apt_install nodejs npm
+  fi
+  echo "setup: installing Azurite $AZURITE_VERSION (npm) for the Azure Blob / ADLS tests" >&2
+  npm install --prefix .venv/azurite --no-audit --no-fund --silent \
+    "azurite@$AZURITE_VERSION" >/dev/null
+fi
+
 .venv/bin/python -c 'import cdc_sql._rowdecode' 2>/dev/null || \
   echo "setup: the compiled row decoder is not built; capture uses the pure-Python one" >&2

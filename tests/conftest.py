@@ -9,6 +9,7 @@ import pytest
 
 from cdc_sql.config.model import load_pipeline
 from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
+pytest_plugins = ["tests.objstores"]  # the object-store emulators and lake_root
 
 _names = itertools.count(1)
 
@@ -38,7 +39,7 @@ def database(mariadb):
 
 
 @pytest.fixture
-def make_pipeline(tmp_path, mariadb):
+def make_pipeline(tmp_path, mariadb, lake_root):
     """Write a pipeline YAML for the shared server and load it."""
 
     def make(tables: str, target: dict | None = None, **source) -> object:
@@ -47,7 +48,7 @@ def make_pipeline(tmp_path, mariadb):
                     "chunk_size": 1000, "parallelism": 2, **source}
         lines = "\n".join(f"  {k}: {v}" for k, v in settings.items())
         extra = "".join(f"  {k}: {v}\n" for k, v in (target or {}).items())
-        text = (f"name: test\nsource:\n{lines}\ntarget:\n  path: {tmp_path / 'lake'}\n{extra}"
+        text = (f"name: test\nsource:\n{lines}\ntarget:\n  path: {lake_root}\n{extra}"
                 f"tables:\n{textwrap.indent(textwrap.dedent(tables).strip(), '  ')}\n")
         path = Path(tmp_path / "pipeline.yaml")
         path.write_text(text)

@@ -22,6 +22,7 @@ from typing import Any
 from cdc_sql.config.loader import Document, read_document
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.errors import ConfigError, hide
+from cdc_sql.location import Location, refused
 
 STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "snapshot-only")
 ENGINE_MODES = ("sail", "remote", "local", "active")
@@ -113,7 +114,8 @@ class Source:
 
 @dataclass(frozen=True)
 class Target:
-    path: str = _key("Delta root: bronze/, silver/ and _state/ live under it")
+    path: str = _key("Delta root: bronze/, silver/ and _state/ live under it; a local path or "
+                     "an s3://, abfss://, gs:// URL (credentials from the environment)")
     catalog: str = _key("catalog to register silver tables in by name (e.g. Unity Catalog "
                         "`main`); needs `schema`", "", pattern=_IDENTIFIER_OR_EMPTY)
     schema: str = _key("schema (database) to register silver tables in by name, e.g. `silver`: "
@@ -206,8 +208,9 @@ class Pipeline:
     warnings: tuple[str, ...] = field(default=(), metadata={"internal": True}, compare=False)
 
     @property
-    def root(self) -> Path:
-        return Path(self.target.path)
+    def root(self) -> Location:
+        """The lake's root: a local directory or an object-store URL (never a pathlib.Path)."""
+        return Location.of(self.target.path)
 
     def table(self, name: str) -> Table:
         for table in self.tables:
@@ -235,11 +238,12 @@ def load_pipeline(file: str | Path, environ: dict[str, str] | None = None,
 
 def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
     target = pipeline.target
-    path = Path(target.path)
-    if not path.is_absolute() and not re.match(r"^[a-z][a-z0-9+]*://", target.path):
+    root = Location.of(target.path)
+    if root.local and not Path(root).is_absolute():
         # A relative target is relative to the pipeline file, so runs from any directory agree.
-        target = dataclasses.replace(target, path=str((Path(file).resolve().parent / path).resolve()))
-    return dataclasses.replace(pipeline, file=file, target=target)
+        root = Location.of((Path(file).resolve().parent / Path(root)).resolve())
+    return dataclasses.replace(pipeline, file=file,
+                               target=dataclasses.replace(target, path=str(root)))
 
 
 def _read_secrets(pipeline: Pipeline, doc: Document, offline: bool,
@@ -310,6 +314,9 @@ def _password_from(path: Path, doc: Document, notices: list[str]) -> str:
 
 
 def _check_target(pipeline: Pipeline, doc: Document) -> None:
+    problem = refused(pipeline.target.path)
+    if problem is not None:
+        raise doc.error(problem, "target.path")
     if pipeline.target.catalog and not pipeline.target.schema:
         raise doc.error("`catalog` needs `schema` too (tables register as catalog.schema.name)",
                         "target.schema")

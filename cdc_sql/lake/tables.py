@@ -1,7 +1,7 @@
 """Where the lake's Delta tables live, and the one interface for what cdc-sql does to them.
 
-`storage(path)` tells a local path from an object store by its scheme, once, for the whole
-target; `choose(engine_mode, path)` then picks who does the table operations:
+`storage(path)` (cdc_sql/location.py) tells a local path from an object store by its scheme, once,
+for the whole target; `choose(engine_mode, path)` then picks who does the table operations:
 
 | target.path                                    | sail, local (JVM)  | remote, active |
 |------------------------------------------------|--------------------|----------------|
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import decimal
 import logging
-import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -30,11 +29,10 @@ from typing import Callable, ContextManager, Iterable, Protocol
 
 import pyarrow as pa
 
+from cdc_sql.location import OBJECT_STORES, storage
 from cdc_sql.sql import quote, string_literal
 
 log = logging.getLogger("cdc_sql")
-OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure")
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 TARGET_FILE_BYTES = 128 * 2**20  # silver files after clustering
 EVOLVE_MARK = "cdc-sql: schema change"  # commit metadata of cdc-sql's own schema changes
 RESNAPSHOT_MARK = "cdc-sql: re-snapshot"  # of a silver table replaced by a re-snapshot
@@ -46,15 +44,6 @@ _MAX_SLICE_BYTES = 32 * 2**20
 ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see writer_properties
 STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
 COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
-
-
-def storage(path: str) -> str:
-    """'local' for a plain path or file://, else the URL scheme (s3, gs, dbfs, ...)."""
-    match = _SCHEME.match(str(path))
-    if match is None or len(match.group(1)) == 1:  # no scheme (or a Windows drive letter)
-        return "local"
-    scheme = match.group(1).lower()
-    return "local" if scheme == "file" else scheme
 
 
 def choose(engine_mode: str, path: str) -> str:
@@ -198,7 +187,11 @@ def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Sc
     from deltalake import CommitProperties, write_deltalake
 
     target = table if hasattr(table, "update_incremental") else str(table)
-    write_deltalake(target, pa.RecordBatchReader.from_batches(schema, batches), mode="append",
+    # a list is handed over as Arrow's own reader: delta-rs's threads then pull it without
+    # Python's lock (a stream's batches come from Python, a snapshot's reader)
+    reader = pa.Table.from_batches(batches, schema).to_reader() if isinstance(batches, list) \
+        else pa.RecordBatchReader.from_batches(schema, batches)
+    write_deltalake(target, reader, mode="append",
                     writer_properties=writer_properties(), schema_mode=schema_mode,
                     configuration=configuration,
                     commit_properties=CommitProperties(max_commit_retries=max_commit_retries))
@@ -287,13 +280,13 @@ class DeltaRsTables:
             yield entry[1]
 
     def exists(self, path: str) -> bool:
-        from deltalake import DeltaTable
-
         if storage(path) == "local":
             import os
 
             return os.path.isdir(os.path.join(str(path), "_delta_log"))
-        return DeltaTable.is_deltatable(str(path))
+        from cdc_sql.lake import objects
+
+        return objects.has_delta_log(str(path))
 
     def version(self, path: str) -> int | None:
         with self._table(path) as table:

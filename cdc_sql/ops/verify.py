@@ -59,7 +59,7 @@ class TableReport:
 def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableReport:
     """Checksums per bucket on both sides; row-by-row diffs only for differing buckets."""
     report = TableReport(table.name)
-    lake = Lake.open(engine, str(pipeline.root))
+    lake = Lake.open(engine, pipeline.root)
     if not lake.tables.exists(lake.silver_path(table.name)):
         report.differing.append("silver")
         report.details.append("there is no silver table yet: run the pipeline first")
@@ -226,7 +226,7 @@ def compare_table(engine, pipeline: Pipeline, table: Table) -> str:
                 expected.append(values + ([source.qualified] if plan.sharded else []))
     names = [name for _, name in plan.projection.columns] + (
         ["_cdc_source_table"] if plan.sharded else [])
-    lake = Lake.open(engine, str(pipeline.root))
+    lake = Lake.open(engine, pipeline.root)
     silver = engine.read(lake.silver_path(table.name)).select(*names)
     float_columns = {f.name for f in silver.schema.fields if f.dataType.typeName() == "float"}
     silver_rows = [[row[n] for n in names] for row in silver.toArrow().to_pylist()]

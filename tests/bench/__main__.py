@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from cdc_sql.dev.mariadb import MariaDB
-from tests.bench import binlog, load, scale, snapshot
+from tests.bench import binlog, load, objstore, scale, snapshot
 
 # stage -> (run, default sizes: the second 4x the first)
 STAGES = {"snapshot": (snapshot.run, [2_000_000, 10_000_000]),
@@ -18,7 +18,8 @@ STAGES = {"snapshot": (snapshot.run, [2_000_000, 10_000_000]),
           "wide": (binlog.run_wide, [100_000, 400_000]),
           "bigtxn": (binlog.run_big_transaction, [1_000_000, 5_000_000]),
           "scale": (scale.run, [10_000_000]),  # not in the default stages: minutes, not seconds
-          "load": (load.run, [300])}           # ... nor this: its size is seconds of writing
+          "load": (load.run, [300]),           # ... nor this: its size is seconds of writing
+          "s3": (objstore.run, [250_000, 1_000_000])}  # nor this: local and s3:// targets
 
 
 def main() -> None:

@@ -74,8 +74,9 @@ def create_table(db: MariaDB, rows: int, stage: str, wide: bool = False) -> str:
 
 
 def write_pipeline(db: MariaDB, table: str | list[str], workdir: Path, startup: str = "initial",
-                   **tuned) -> Path:
-    """A pipeline at default settings, except what `tuned` sets (source keys)."""
+                   lake: str | None = None, **tuned) -> Path:
+    """A pipeline at default settings, except what `tuned` sets (source keys); its lake in
+    `workdir` unless `lake` names one (an object-store URL)."""
     path = workdir / "pipeline.yaml"
     settings = "".join(f"  {key}: {value}\n" for key, value in tuned.items())
     tables = [table] if isinstance(table, str) else table
@@ -89,7 +90,7 @@ source:
   server_id: {7000 + os.getpid() % 1000}
   startup: {startup}
 {settings}target:
-  path: {workdir / 'lake'}
+  path: {lake or workdir / 'lake'}
 tables:
 {entries}""")
     return path
@@ -114,10 +115,12 @@ def run_child(*argv: str) -> tuple[str, float]:
 def run_cli(pipeline: Path, *args: str) -> tuple[dict, float]:
     """`cdc-sql run --until-caught-up` in a child: its run summary and its peak RSS in MB."""
     _, peak = run_child("-m", "cdc_sql.cli", "run", str(pipeline), "--until-caught-up", *args)
-    return last_run(pipeline.parent / "lake"), peak
+    from cdc_sql.config.model import load_pipeline
+
+    return last_run(load_pipeline(pipeline, environ={"BENCH_PASSWORD": PASSWORD}).root), peak
 
 
-def last_run(lake: Path) -> dict:
+def last_run(lake) -> dict:
     from tests.integration.helpers import state_log
 
     return [value for kind, _, value in state_log(lake) if kind == "run"][-1]
