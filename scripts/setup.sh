@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what cdc-sql needs on a fresh Debian machine, idempotently:
 # Debian's mariadb-server (for the demo and the tests), a C compiler and Python's headers (for
-# the compiled row decoder), and a Python 3.11 venv in .venv with cdc-sql installed into it.
+# the compiled row decoder), a Python 3.11 venv in .venv with cdc-sql installed into it, and the
+# Delta Lake jars for JVM Spark (Java and Maven from Debian if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -47,3 +48,22 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
 fi
 .venv/bin/python -c 'import cdc_sql._rowdecode' 2>/dev/null || \
   echo "setup: the compiled row decoder is not built; capture uses the pure-Python one" >&2
+
+# -- JVM Spark: the Delta Lake jars for the venv's pyspark (cdc_sql/jars.py), fetched once ------
+# Into .venv/share/cdc-sql/spark-jars, by `mvn dependency:copy-dependencies` on
+# conf/spark-jars/pom.xml; fetched again when pyspark's line or the pom changes.
+jars_dir="$(.venv/bin/python -c 'from cdc_sql.jars import folder; print(folder())')"
+jars_wanted="$(.venv/bin/python -m cdc_sql.jars wanted) $(sha256sum conf/spark-jars/pom.xml | cut -d' ' -f1)"
+if [ "$(cat "$jars_dir/.wanted" 2>/dev/null)" != "$jars_wanted" ]; then
+  if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+    echo "setup: installing Java 17 and Maven (Debian packages) for JVM Spark" >&2
+    apt_install openjdk-17-jre-headless maven
+  fi
+  echo "setup: fetching ${jars_wanted%% *} and its dependencies (Maven) into $jars_dir" >&2
+  rm -rf "$jars_dir"
+  # shellcheck disable=SC2046 - the properties are words
+  mvn -q -B -f conf/spark-jars/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+    $(.venv/bin/python -m cdc_sql.jars maven) >&2
+  .venv/bin/python -m cdc_sql.jars prune >/dev/null
+  echo "$jars_wanted" > "$jars_dir/.wanted"
+fi

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 
@@ -882,9 +881,7 @@ def _staged(lake, staging: str, df):
     a query may evaluate it more than once (Sail 0.7 does: 4.3 s instead of 1.5 s for 200k
     changes), and a history batch reads the table it merges into. A crash after staging just
     stages again."""
-    if lake.local:  # a fresh table each time: Sail cannot overwrite one whose schema gains a
-        shutil.rmtree(staging, ignore_errors=True)  # column with a table feature
-    df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(staging)
+    lake.engine.stage(df, staging)
     return lake.engine.read(staging)
 
 

@@ -640,8 +640,17 @@ class SparkTables:
             .option("userMetadata", EVOLVE_MARK).save(str(path))
 
     def add_columns(self, path: str, fields: list) -> None:
-        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
-        self._marked_sql(f"ALTER TABLE {table_ref(path)} ADD COLUMNS ({columns})")
+        """ALTER TABLE ADD COLUMNS, or where the engine has none (Sail), an empty append whose
+        schema merges the columns in."""
+        statement = self.engine.add_columns_sql(table_ref(path), fields)
+        if statement is not None:
+            self._marked_sql(statement)
+            return
+        from pyspark.sql.types import StructType
+
+        schema = StructType([*self.engine.read(path).schema.fields, *fields])
+        self.spark.createDataFrame([], schema).write.format("delta").mode("append") \
+            .option("mergeSchema", "true").option("userMetadata", EVOLVE_MARK).save(str(path))
 
     def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
         from pyspark.sql import functions as F
