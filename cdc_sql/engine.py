@@ -137,6 +137,10 @@ class DeltaSparkEngine(Engine):
     """Apache Spark (or Databricks) with Delta Lake: every Delta SQL command is there."""
 
     kind = "spark"
+    # Spark 4.1 substitutes parameter markers while parsing, and Delta's SQL parser (4.4)
+    # does not pass them on: every `:name` stays unbound (UNBOUND_SQL_PARAMETER). Binding
+    # them during analysis, as Spark 4.0 did, works with Delta's parser.
+    SESSION_CONF = {"spark.sql.legacy.parameterSubstitution.constantsOnly": "true"}
 
 
 class SailEngine(Engine):
@@ -231,6 +235,8 @@ def _probed(mode: str, spark, server=None) -> Engine:
     kind, version = probe(spark)
     if kind is DeltaSparkEngine:
         _check_delta(spark, mode)
+        for key, value in DeltaSparkEngine.SESSION_CONF.items():
+            spark.conf.set(key, value)
     return kind(mode, _configure(spark), _server=server, version=version)
 
 
@@ -253,12 +259,31 @@ def _start_remote(url: str) -> Engine:
         raise CdcError("engine mode `remote` needs engine.url (or --engine-url) as sc://host:port")
     from pyspark.sql import SparkSession
 
+    _reachable(url)
     try:
         spark = SparkSession.builder.remote(url).create()
     except Exception as exc:  # noqa: BLE001 - gRPC and pyspark errors alike
         raise CdcError(f"the Spark Connect server at {url} did not answer: "
                        f"{_first_line(exc)}") from None
     return _probed("remote", spark)
+
+
+def _reachable(url: str, timeout: float = 10.0) -> None:
+    """Fail in one line when nothing listens at the URL: Spark Connect's client retries a
+    refused connection for minutes."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.split(";", 1)[0])
+    try:
+        host, port = parts.hostname or "localhost", parts.port or 15002
+    except ValueError as exc:
+        raise CdcError(f"engine.url {url}: {exc}") from None
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise CdcError(f"the Spark Connect server at {url} does not answer ({exc.strerror or exc}"
+                       f"): start it, or check engine.url") from None
 
 
 def _start_sail() -> Engine:
@@ -292,6 +317,7 @@ LOCAL_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.shuffle.partitions": "8",
+    **DeltaSparkEngine.SESSION_CONF,
 }
 
 
@@ -306,7 +332,7 @@ def _start_local() -> Engine:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise CdcError("engine mode `local` needs Java 17 or later (a JVM Spark): install it "
                        "(Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
-    builder = SparkSession.builder.master(os.environ.get("CDC_SQL_SPARK_MASTER", "local[*]")) \
+    builder = SparkSession.builder.master("local[*]") \
         .appName("cdc-sql").config("spark.jars", ",".join(jars.delta_jars(pyspark.__version__)))
     for key, value in LOCAL_CONF.items():
         builder = builder.config(key, value)

@@ -39,10 +39,11 @@ class Lake:
     engine: object
     root: str
     tables: TableOps = field(repr=False)
+    sql_only: bool = False  # every silver window through the engine's SQL (engine.sql_only)
 
     @classmethod
-    def open(cls, engine, root: str) -> "Lake":
-        return cls(engine, str(root).rstrip("/") or "/", table_ops(engine, str(root)))
+    def open(cls, engine, root: str, sql_only: bool = False) -> "Lake":
+        return cls(engine, str(root).rstrip("/") or "/", table_ops(engine, str(root)), sql_only)
 
     @property
     def spark(self):
