@@ -322,28 +322,39 @@ LOCAL_CONF = {
 
 
 def _start_local() -> Engine:
+    """A JVM starts on first use, or in the background from `Engine.prepare()` (5-7 s), like
+    Sail: a run whose windows are all merged in this process never starts one."""
     try:
         import pyspark
-        from pyspark.sql import SparkSession
     except ImportError as exc:
-        raise CdcError(f"engine mode `local` needs pyspark: {exc}") from None
+        raise CdcError(f"engine mode `local` needs pyspark (pip install 'cdc-sql[spark]'): "
+                       f"{exc}") from None
     from cdc_sql import jars
 
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise CdcError("engine mode `local` needs Java 17 or later (a JVM Spark): install it "
                        "(Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
-    builder = SparkSession.builder.master("local[*]") \
-        .appName("cdc-sql").config("spark.jars", ",".join(jars.delta_jars(pyspark.__version__)))
-    for key, value in LOCAL_CONF.items():
-        builder = builder.config(key, value)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname warning
-    try:
-        spark = builder.getOrCreate()
-    except Exception as exc:  # noqa: BLE001 - JVM start failures come in many types
-        raise CdcError(f"engine mode `local` could not start a JVM Spark with Delta: "
-                       f"{_first_line(exc)}") from None
-    spark.sparkContext.setLogLevel("ERROR")
-    return _probed("local", spark)
+    delta = jars.delta_jars(pyspark.__version__)  # before any JVM: one line if they are missing
+    engine = DeltaSparkEngine("local", None, version=pyspark.__version__)
+
+    def boot() -> object:
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.master("local[*]").appName("cdc-sql") \
+            .config("spark.jars", ",".join(delta))
+        for key, value in LOCAL_CONF.items():
+            builder = builder.config(key, value)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname warning
+        try:
+            spark = builder.getOrCreate()
+        except Exception as exc:  # noqa: BLE001 - JVM start failures come in many types
+            raise CdcError(f"engine mode `local` could not start a JVM Spark with Delta: "
+                           f"{_first_line(exc)}") from None
+        spark.sparkContext.setLogLevel("ERROR")
+        return _configure(spark)
+
+    engine._boot = boot
+    return engine
 
 
 def _first_line(exc: BaseException) -> str:

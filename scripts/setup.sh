@@ -42,28 +42,45 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   echo "setup: creating .venv and installing cdc-sql with its test tools" >&2
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[sail,test]'
   .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 || true
   echo "$wanted" > "$stamp"
 fi
 .venv/bin/python -c 'import cdc_sql._rowdecode' 2>/dev/null || \
   echo "setup: the compiled row decoder is not built; capture uses the pure-Python one" >&2
 
-# -- JVM Spark: the Delta Lake jars for the venv's pyspark (cdc_sql/jars.py), fetched once ------
-# Into .venv/share/cdc-sql/spark-jars, by `mvn dependency:copy-dependencies` on
+# -- JVM Spark: the Delta Lake jars for a venv's pyspark (cdc_sql/jars.py), fetched once --------
+# Into <venv>/share/cdc-sql/spark-jars, by `mvn dependency:copy-dependencies` on
 # conf/spark-jars/pom.xml; fetched again when pyspark's line or the pom changes.
-jars_dir="$(.venv/bin/python -c 'from cdc_sql.jars import folder; print(folder())')"
-jars_wanted="$(.venv/bin/python -m cdc_sql.jars wanted) $(sha256sum conf/spark-jars/pom.xml | cut -d' ' -f1)"
-if [ "$(cat "$jars_dir/.wanted" 2>/dev/null)" != "$jars_wanted" ]; then
+install_jars() {
+  local venv="$1" dir wanted
+  dir="$("$venv/bin/python" -c 'from cdc_sql.jars import folder; print(folder())')"
+  wanted="$("$venv/bin/python" -m cdc_sql.jars wanted) $(sha256sum conf/spark-jars/pom.xml | cut -d' ' -f1)"
+  [ "$(cat "$dir/.wanted" 2>/dev/null)" != "$wanted" ] || return 0
   if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
     echo "setup: installing Java 17 and Maven (Debian packages) for JVM Spark" >&2
     apt_install openjdk-17-jre-headless maven
   fi
-  echo "setup: fetching ${jars_wanted%% *} and its dependencies (Maven) into $jars_dir" >&2
-  rm -rf "$jars_dir"
+  echo "setup: fetching ${wanted%% *} and its dependencies (Maven) into $dir" >&2
+  rm -rf "$dir"
   # shellcheck disable=SC2046 - the properties are words
-  mvn -q -B -f conf/spark-jars/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
-    $(.venv/bin/python -m cdc_sql.jars maven) >&2
-  .venv/bin/python -m cdc_sql.jars prune >/dev/null
-  echo "$jars_wanted" > "$jars_dir/.wanted"
+  mvn -q -B -Dstyle.color=never -f conf/spark-jars/pom.xml dependency:copy-dependencies \
+    -DincludeScope=runtime $("$venv/bin/python" -m cdc_sql.jars maven) >&2
+  "$venv/bin/python" -m cdc_sql.jars prune >/dev/null
+  echo "$wanted" > "$dir/.wanted"
+}
+install_jars .venv
+
+# -- `setup.sh spark-4.0`: a second venv on the previous Spark line, for the tests ------------
+if [ "${1:-}" = "spark-4.0" ]; then
+  venv=".venv-spark-4.0"
+  wanted="$wanted pyspark-4.0"
+  if [ ! -f "$venv/.cdc-sql-installed" ] || [ "$(cat "$venv/.cdc-sql-installed")" != "$wanted" ]; then
+    echo "setup: creating $venv (pyspark 4.0, for the tests of the previous Spark line)" >&2
+    "$PYTHON" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+    "$venv/bin/python" -m pip install -q -e '.[test]' 'pyspark[connect]==4.0.*' 'pandas<3'
+    echo "$wanted" > "$venv/.cdc-sql-installed"
+  fi
+  install_jars "$venv"
 fi

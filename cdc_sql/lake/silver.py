@@ -38,11 +38,12 @@ log = logging.getLogger("cdc_sql")
 ENGINE_COLUMNS = ("_cdc_offset", "_cdc_op", "_cdc_ts")
 HISTORY_COLUMNS = ("_cdc_op", "_cdc_valid_from", "_cdc_valid_from_ts", "_cdc_valid_to",
                    "_cdc_valid_to_ts", "_cdc_current")
-# Commits after our recorded version that need no one's attention: compaction and vacuum (same
-# content), and our own schema changes and MERGEs (a run that died before its state commit;
-# replaying a window is harmless, however often it happened).
-CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK, OWN_MERGE,
-                      RESNAPSHOT_MARK)
+# Commits after our recorded version that need no one's attention: compaction, vacuum and
+# table properties (same content: e.g. deletion vectors or column mapping turned on), and our
+# own schema changes and MERGEs (a run that died before its state commit; replaying a window
+# is harmless, however often it happened).
+CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES",
+                      "UPGRADE PROTOCOL", EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK)
 
 
 @dataclass(frozen=True)

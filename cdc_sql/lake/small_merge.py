@@ -166,7 +166,9 @@ def merged(lake, plan, window: Window, facts) -> bool:
     reason = unsuitable(plan, window, facts, lake.sql_only)
     silver = lake.silver_path(plan.spec.name)
     if reason is None and not lake.tables.merges_here(silver):
-        reason = "delta-rs cannot write this table (or does not reach it)"
+        features = lake.tables.unwritable(silver)
+        reason = f"delta-rs cannot write its features ({', '.join(features)})" if features \
+            else "delta-rs does not reach this table"
     if reason is None and window.first and not lake.tables.exists(silver):
         reason = _create(lake, plan, window, silver)
     if window.first:

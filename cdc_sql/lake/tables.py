@@ -46,6 +46,7 @@ _MAX_SLICE_BYTES = 32 * 2**20
 ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see writer_properties
 STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
 COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
+WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly"}  # delta-rs writes these (1.6)
 
 
 def storage(path: str) -> str:
@@ -98,6 +99,7 @@ class TableOps(Protocol):
     def cluster(self, path: str, columns: list[str]) -> None: ...
     def key_ranges(self, path: str, column: str) -> list[tuple] | None: ...
     def merges_here(self, path: str) -> bool: ...
+    def unwritable(self, path: str) -> list[str]: ...
     def pinned(self) -> ContextManager[None]: ...
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int: ...
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
@@ -541,14 +543,23 @@ class DeltaRsTables:
         """Whether delta-rs may MERGE into the table: no feature it cannot write (deletion
         vectors, column mapping, ...: a table an engine created with its own defaults); a
         table not there yet delta-rs creates."""
+        return not self.unwritable(path)
+
+    def unwritable(self, path: str) -> list[str]:
+        """What about the table delta-rs cannot write: its table features outside the few it
+        writes, an older protocol past its versions, or append-only; [] for a table not there
+        yet (delta-rs creates it)."""
         if not self.exists(path):
-            return True
+            return []
         with self._table(path) as table:
             protocol = table.protocol()
             append_only = table.metadata().configuration.get("delta.appendOnly") == "true"
-        return protocol.min_reader_version <= 3 and protocol.min_writer_version <= 7 and \
-            not append_only and set(protocol.reader_features or ()) <= {"timestampNtz"} and \
-            set(protocol.writer_features or ()) <= {"timestampNtz", "invariants", "appendOnly"}
+        found = sorted(set(protocol.reader_features or ()) - {"timestampNtz"} |
+                       set(protocol.writer_features or ()) - WRITES_FEATURES)
+        if protocol.min_reader_version > 3 or protocol.min_writer_version > 7 or \
+                (protocol.writer_features is None and protocol.min_writer_version > 4):
+            found.append(f"protocol {protocol.min_reader_version}/{protocol.min_writer_version}")
+        return found + (["appendOnly"] if append_only else [])
 
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
         """Bytes of the table's data files; `within` (column, after, upto): only of the files
@@ -678,7 +689,13 @@ class SparkTables:
         ref = table_ref(path)
         if compact:
             self.spark.sql(f"OPTIMIZE {ref}").collect()
-        self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
+        # Delta refuses a retention under a week unless told to: cdc-sql's is the user's choice
+        check = "spark.databricks.delta.retentionDurationCheck.enabled"
+        self.spark.conf.set(check, "false")
+        try:
+            self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
+        finally:
+            self.spark.conf.unset(check)
         return {}
 
     def key_ranges(self, path: str, column: str) -> list[tuple] | None:
@@ -686,6 +703,9 @@ class SparkTables:
 
     def merges_here(self, path: str) -> bool:
         return False  # the engine's storage: only its own MERGE
+
+    def unwritable(self, path: str) -> list[str]:
+        return []  # the engine writes whatever it reads
 
     def pinned(self) -> ContextManager[None]:
         return nullcontext()  # every read goes to the engine
@@ -725,5 +745,43 @@ class SparkTables:
             self.spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
 
 
+class WithFallback:
+    """delta-rs's table operations, except that a change to a table asking for features
+    delta-rs cannot write (deletion vectors or column mapping, which Databricks turns on for
+    new tables and a user may turn on for silver) goes through the engine's Spark SQL. Reads
+    stay with delta-rs, which reads those features. Each table's features are said once."""
+
+    ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
+              "cluster", "overwrite_arrow", "reset")
+
+    def __init__(self, tables: DeltaRsTables, engine):
+        self._tables, self._engine, self._said = tables, engine, set()
+
+    def unwritable(self, path: str) -> list[str]:
+        features = self._tables.unwritable(path)
+        if features and path not in self._said:
+            self._said.add(path)
+            log.info("%s asks for %s, which delta-rs cannot write: its MERGEs and changes go "
+                     "through the engine", path, ", ".join(features))
+        return features
+
+    def merges_here(self, path: str) -> bool:
+        return not self.unwritable(path)
+
+    def __getattr__(self, name: str):
+        method = getattr(self._tables, name)
+        if name not in self.ROUTED:
+            return method
+
+        def routed(path: str, *args, **kwargs):
+            if not self.unwritable(path):
+                return method(path, *args, **kwargs)
+            return getattr(SparkTables(self._engine), name)(path, *args, **kwargs)
+
+        return routed
+
+
 def table_ops(engine, root: str) -> TableOps:
-    return DeltaRsTables() if choose(engine.mode, root) == "delta-rs" else SparkTables(engine)
+    if choose(engine.mode, root) == "delta-rs":
+        return WithFallback(DeltaRsTables(), engine)  # type: ignore[return-value]
+    return SparkTables(engine)
