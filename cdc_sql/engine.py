@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -341,7 +342,8 @@ def _start_local() -> Engine:
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder.master("local[*]").appName("cdc-sql") \
-            .config("spark.jars", ",".join(delta))
+            .config("spark.jars", ",".join(delta)) \
+            .config("spark.pyspark.python", sys.executable)  # UDFs: this environment's Python
         for key, value in LOCAL_CONF.items():
             builder = builder.config(key, value)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname warning

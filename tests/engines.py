@@ -54,8 +54,8 @@ def engine_server():
 @pytest.fixture(scope="session")
 def engine_settings(engine_server) -> dict:
     """The `engine:` settings of the pipelines the tests write."""
-    settings: dict = {"sail": {}, "local": {"mode": "local"}}.get(kind()) or \
-        {"mode": "remote", "url": engine_server.url}
+    settings: dict = {"sail": {}, "local": {"mode": "local"}}[kind()] if engine_server is None \
+        else {"mode": "remote", "url": engine_server.url}
     return {**settings, "sql_only": "true"} if sql_only() else settings
 
 

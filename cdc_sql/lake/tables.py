@@ -651,17 +651,13 @@ class SparkTables:
             .option("userMetadata", EVOLVE_MARK).save(str(path))
 
     def add_columns(self, path: str, fields: list) -> None:
-        """ALTER TABLE ADD COLUMNS, or where the engine has none (Sail), an empty append whose
-        schema merges the columns in."""
+        """ALTER TABLE ADD COLUMNS, or where the engine has none (Sail, which also ignores an
+        empty schema-merging append), the table rewritten with the columns in one commit."""
         statement = self.engine.add_columns_sql(table_ref(path), fields)
         if statement is not None:
             self._marked_sql(statement)
-            return
-        from pyspark.sql.types import StructType
-
-        schema = StructType([*self.engine.read(path).schema.fields, *fields])
-        self.spark.createDataFrame([], schema).write.format("delta").mode("append") \
-            .option("mergeSchema", "true").option("userMetadata", EVOLVE_MARK).save(str(path))
+        else:
+            self.reshape(path, {}, [(f.name, f.dataType, None) for f in fields])
 
     def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
         from pyspark.sql import functions as F

@@ -40,6 +40,17 @@ WIDE_COLUMNS = [
 ]
 
 
+# The engine the stages run on (`--engines`): engine settings of the pipelines they write, and
+# what their bare MERGE baselines run on. Set by __main__ for each engine in turn.
+ENGINE: dict = {}
+
+
+def engine_label() -> str:
+    """'sail', 'local' or 'remote' (the standalone cluster), and whether windows are forced
+    through the engine's SQL."""
+    return ENGINE.get("label", "sail") + (" sql-only" if ENGINE.get("sql_only") else "")
+
+
 @dataclass
 class Result:
     stage: str
@@ -80,6 +91,7 @@ def write_pipeline(db: MariaDB, table: str | list[str], workdir: Path, startup: 
     settings = "".join(f"  {key}: {value}\n" for key, value in tuned.items())
     tables = [table] if isinstance(table, str) else table
     entries = "".join(f"  - name: {t}\n    source: bench.{t}\n" for t in tables)
+    engine = "".join(f"  {k}: {v}\n" for k, v in ENGINE.items() if k in ("mode", "url", "sql_only"))
     path.write_text(f"""name: bench
 source:
   host: 127.0.0.1
@@ -90,7 +102,7 @@ source:
   startup: {startup}
 {settings}target:
   path: {workdir / 'lake'}
-tables:
+{"engine:" + chr(10) + engine if engine else ""}tables:
 {entries}""")
     return path
 
