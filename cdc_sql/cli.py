@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                          logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         handlers=[handler], force=True)
-    for noisy in ("py4j", "pymysqlreplication", "grpc"):
+    for noisy in ("py4j", "pymysqlreplication", "grpc", "SQLQueryContextLogger"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     try:
         return args.handler(args)

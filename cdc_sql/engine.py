@@ -310,6 +310,7 @@ def _start_sail() -> Engine:
     return engine
 
 
+LOG4J = os.path.join(os.path.dirname(__file__), "log4j2.properties")  # errors only, to stderr
 # A JVM Spark of its own in this process: Delta's extension and catalog, the jars setup.sh
 # fetched, and settings for one machine (Delta replays a table's log in 50 tasks by default).
 LOCAL_CONF = {
@@ -343,7 +344,8 @@ def _start_local() -> Engine:
 
         builder = SparkSession.builder.master("local[*]").appName("cdc-sql") \
             .config("spark.jars", ",".join(delta)) \
-            .config("spark.pyspark.python", sys.executable)  # UDFs: this environment's Python
+            .config("spark.pyspark.python", sys.executable) \
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J}")
         for key, value in LOCAL_CONF.items():
             builder = builder.config(key, value)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname warning

@@ -71,16 +71,22 @@ install_jars() {
 }
 install_jars .venv
 
-# -- `setup.sh spark-4.0`: a second venv on the previous Spark line, for the tests ------------
+# -- `setup.sh spark-4.0`: for the tests, the wheel in a clean venv on the previous Spark line --
+# cdc-sql's wheel, built from this tree, installed with its `spark` extra beside pyspark 4.0
+# (as where a user's Spark already is), the test tools, and Delta 4.0's jars.
 if [ "${1:-}" = "spark-4.0" ]; then
   venv=".venv-spark-4.0"
-  wanted="$wanted pyspark-4.0"
-  if [ ! -f "$venv/.cdc-sql-installed" ] || [ "$(cat "$venv/.cdc-sql-installed")" != "$wanted" ]; then
-    echo "setup: creating $venv (pyspark 4.0, for the tests of the previous Spark line)" >&2
+  wheel_wanted="$(cat pyproject.toml setup.py udfs/*.py $(git ls-files cdc_sql 2>/dev/null || \
+    find cdc_sql -type f -name '*.py') | sha256sum | cut -d' ' -f1) pyspark-4.0"
+  if [ "$(cat "$venv/.cdc-sql-installed" 2>/dev/null)" != "$wheel_wanted" ]; then
+    echo "setup: building cdc-sql's wheel into $venv (a clean venv, pyspark 4.0)" >&2
+    rm -rf "$venv" build/wheel
     "$PYTHON" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$venv/bin/python" -m pip install -q -e '.[test]' 'pyspark[connect]==4.0.*' 'pandas<3'
-    echo "$wanted" > "$venv/.cdc-sql-installed"
+    .venv/bin/python -m pip wheel -q --no-deps -w build/wheel . >/dev/null
+    "$venv/bin/python" -m pip install -q "$(ls build/wheel/cdc_sql-*.whl)[spark,test]" \
+      'pyspark[connect]==4.0.*'
+    echo "$wheel_wanted" > "$venv/.cdc-sql-installed"
   fi
   install_jars "$venv"
 fi
