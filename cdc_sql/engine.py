@@ -344,11 +344,11 @@ def _start_local() -> Engine:
 
         builder = SparkSession.builder.master("local[*]").appName("cdc-sql") \
             .config("spark.jars", ",".join(delta)) \
-            .config("spark.pyspark.python", sys.executable) \
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J}")
         for key, value in LOCAL_CONF.items():
             builder = builder.config(key, value)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname warning
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # UDF workers: this Python
         try:
             spark = builder.getOrCreate()
         except Exception as exc:  # noqa: BLE001 - JVM start failures come in many types

@@ -147,7 +147,7 @@ class ConnectServer(_Processes):
         for key, value in conf.items():
             argv += ["--conf", f"{key}={value}"]
         log = self.spawn("connect-server", [*argv, "spark-internal"],
-                         env={"PYTHONPATH": _source_root()})
+                         env={"PYTHONPATH": _source_root(), "PYSPARK_PYTHON": sys.executable})
         self.wait(f"the Spark Connect server ({self.url}, master {self.master})",
                   lambda: _listening(self.port), log, timeout=120)
         return self

@@ -184,11 +184,13 @@ def each(function, items: Iterable, workers: int = 8) -> None:
 
 
 def writer_properties():
-    """LZ4 for bronze and state: about 10% more snapshot rows/s than Snappy here, and read by
-    every Parquet reader cdc-sql targets (Spark, Sail, delta-rs)."""
+    """Snappy for what delta-rs writes (bronze, state, clustered silver): JVM Spark's Parquet
+    reader (aircompressor 2.0) rejects some LZ4_RAW pages delta-rs 1.6 writes ("last 5 bytes
+    must be literals"), and Snappy was the faster of the two here anyway (2M rows, 5 columns:
+    0.6 s against 1.0 s, the same size)."""
     from deltalake import WriterProperties
 
-    return WriterProperties(compression="LZ4_RAW", max_row_group_size=ROW_GROUP_ROWS)
+    return WriterProperties(compression="SNAPPY", max_row_group_size=ROW_GROUP_ROWS)
 
 
 def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
@@ -211,16 +213,27 @@ def stats_configuration(schema: pa.Schema) -> dict | None:
 
     - decimals wider than 64 bits get none: delta-rs 1.6 writes their min/max clamped to
       2^63-1, which breaks data skipping, and Sail 0.7 then even reads a column whose min
-      equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1);
+      equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1); nor do columns
+      of types Delta Spark keeps no statistics of (`_skipping_type`);
     - past 32 columns, cdc-sql's own `_cdc_*` columns come first (windows are read by
       `_cdc_offset`, snapshot rows by split), then the others in order up to 32."""
     wide = {f.name for f in schema if pa.types.is_decimal(f.type) and f.type.precision > 18}
     if not wide and len(schema) <= STATS_COLUMNS:
         return None
-    names = [f.name for f in schema if f.name not in wide]
+    names = [f.name for f in schema if f.name not in wide and _skipping_type(f.type)]
     own = [n for n in names if n.startswith("_cdc_")]
     kept = own + [n for n in names if not n.startswith("_cdc_")][:max(0, STATS_COLUMNS - len(own))]
     return {"delta.dataSkippingStatsColumns": ",".join(quote(n) for n in kept)}
+
+
+def _skipping_type(data_type: pa.DataType) -> bool:
+    """A type Delta Spark keeps statistics of: a column of another type (binary, boolean, ...)
+    named in delta.dataSkippingStatsColumns fails every write there
+    (DELTA_COLUMN_DATA_SKIPPING_NOT_SUPPORTED_TYPE)."""
+    t = pa.types
+    return t.is_integer(data_type) or t.is_floating(data_type) or t.is_decimal(data_type) or \
+        t.is_date(data_type) or t.is_timestamp(data_type) or t.is_string(data_type) or \
+        t.is_large_string(data_type)
 
 
 def stats_properties(schema) -> dict:
