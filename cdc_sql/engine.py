@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from cdc_sql.config.model import ENGINE_MODES
 from cdc_sql.errors import CdcError
-from cdc_sql.sql import quote, string_literal
+from cdc_sql.sql import inline, quote, string_literal
 
 log = logging.getLogger(__name__)
 SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
@@ -73,6 +73,10 @@ class Engine:
 
         self.session = session
         threading.Thread(target=boot, name="engine-start", daemon=True).start()
+
+    def sql(self, text: str, args: dict | None = None):
+        """A statement with its named parameters (`:name`) bound to `args`."""
+        return self.spark.sql(text, args=args or None)
 
     def describe(self) -> str:
         return f"{self.kind} {self.version}".strip() + f" (engine mode {self.mode})"
@@ -138,10 +142,13 @@ class DeltaSparkEngine(Engine):
     """Apache Spark (or Databricks) with Delta Lake: every Delta SQL command is there."""
 
     kind = "spark"
-    # Spark 4.1 substitutes parameter markers while parsing, and Delta's SQL parser (4.4)
-    # does not pass them on: every `:name` stays unbound (UNBOUND_SQL_PARAMETER). Binding
-    # them during analysis, as Spark 4.0 did, works with Delta's parser.
-    SESSION_CONF = {"spark.sql.legacy.parameterSubstitution.constantsOnly": "true"}
+
+    def sql(self, text: str, args: dict | None = None):
+        """Spark 4.1 substitutes parameter markers while parsing, and with Delta's SQL parser
+        (4.4) every `:name` stays unbound (UNBOUND_SQL_PARAMETER; in a classic session
+        `spark.sql.legacy.parameterSubstitution.constantsOnly` mends it, through Spark Connect
+        nothing does). So the values go in as SQL literals of their own types (sql.inline)."""
+        return self.spark.sql(inline(text, args) if args else text)
 
 
 class SailEngine(Engine):
@@ -236,8 +243,6 @@ def _probed(mode: str, spark, server=None) -> Engine:
     kind, version = probe(spark)
     if kind is DeltaSparkEngine:
         _check_delta(spark, mode)
-        for key, value in DeltaSparkEngine.SESSION_CONF.items():
-            spark.conf.set(key, value)
     return kind(mode, _configure(spark), _server=server, version=version)
 
 
@@ -319,7 +324,6 @@ LOCAL_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.shuffle.partitions": "8",
-    **DeltaSparkEngine.SESSION_CONF,
 }
 
 

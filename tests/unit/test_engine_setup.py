@@ -84,3 +84,17 @@ def test_a_cluster_process_that_does_not_answer_is_stopped_and_named():
         processes.wait("the Spark master", lambda: False, log, timeout=1)
     assert processes.processes == []  # stopped
     subprocess.run(["rm", "-rf", str(processes.dir)], check=True)
+
+
+def test_parameters_go_in_as_literals_of_their_types_outside_quoted_text():
+    import datetime as dt
+    import decimal
+
+    from cdc_sql.sql import inline
+
+    sql = "SELECT :a, ':a', `:a`, x::int, :b, :c, :d, :e, :f -- :a\nFROM t WHERE o > :a"
+    assert inline(sql, {"a": "it's", "b": 3, "c": decimal.Decimal("1.50"),
+                        "d": dt.datetime(2024, 1, 2, 3, 4, 5), "e": dt.date(2024, 1, 2),
+                        "f": None}) == (
+        "SELECT 'it\\'s', ':a', `:a`, x::int, 3, 1.50BD, TIMESTAMP_NTZ '2024-01-02 03:04:05', "
+        "DATE '2024-01-02', NULL -- :a\nFROM t WHERE o > 'it\\'s'")
