@@ -3,7 +3,7 @@
 # the embedded Sail, then subsets again on the other engines (docs/engines.md, tests/engines.py):
 # Sail's local-cluster mode, JVM Spark with Delta Lake (one JVM per pytest run), the same with
 # every window through Spark's MERGE INTO, a Spark standalone cluster behind Spark Connect, and
-# pyspark 4.0 with Delta 4.0 from cdc-sql's wheel in a clean venv.
+# pyspark 4.0 with Delta 4.0 from cdc-sql's wheel in a clean venv. Each section says its time.
 # Slow scale tests are skipped; run them with: scripts/test.sh -m slow
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,29 +21,31 @@ SAIL_MODE=local-cluster .venv/bin/python -m pytest -q \
   $I/test_verify.py $I/test_resnapshot.py
 took
 
-# Left out on the JVM: what no engine takes part in (following the binlog, the snapshot's own
-# kills, the source's grants and time limits), and the nested-cascade writer (its twin runs).
-NOT_ENGINE="follow or idle or source_gone or mid_snapshot or written_during_the_snapshot or \
-purged or user_with_only or nested_cascades or read_only_with"
+# On the JVM, the tests where the engine takes part: not following the binlog, the snapshot's
+# own kills, the source's grants and time limits, whose code never meets the engine.
+JVM="not (follow or idle or source_gone or mid_snapshot or written_during_the_snapshot or \
+purged or user_with_only or nested_cascades or read_only_with or a_writer_with or \
+new_shard or string_keys or shards_are)"
 section "JVM Spark 4.1 with Delta Lake 4.4 (engine local)"
-CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q -k "not ($NOT_ENGINE)" \
+CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q -k "$JVM" \
   $I/test_end_to_end.py $I/test_capture.py $I/test_history.py $I/test_cascades.py \
   $I/test_schema_changes.py $I/test_resnapshot.py $I/test_verify.py $I/test_crash.py \
   $I/test_engine.py $I/test_mixed_writers.py $I/test_spark_session.py $I/test_differential.py
 took
 
 section "silver on JVM Spark with every window through MERGE INTO (engine.sql_only)"
-CDC_SQL_TEST_ENGINE=local CDC_SQL_TEST_SQL_ONLY=1 .venv/bin/python -m pytest -q \
-  $I/test_end_to_end.py $I/test_history.py $I/test_schema_changes.py
+CDC_SQL_TEST_ENGINE=local CDC_SQL_TEST_SQL_ONLY=1 .venv/bin/python -m pytest -q -k "$JVM" \
+  $I/test_end_to_end.py $I/test_schema_changes.py
 took
 
 section "a Spark standalone cluster (a master, two workers) behind Spark Connect (engine remote)"
-CDC_SQL_TEST_ENGINE=cluster .venv/bin/python -m pytest -q -k "not ($NOT_ENGINE)" \
-  $I/test_end_to_end.py $I/test_capture.py $I/test_verify.py $I/test_crash.py \
-  $I/test_mixed_writers.py $I/test_spark_session.py
+CDC_SQL_TEST_ENGINE=cluster .venv/bin/python -m pytest -q \
+  -k "snapshot_then or random_points or reads_merges or deletion or catalog" \
+  $I/test_end_to_end.py $I/test_crash.py $I/test_mixed_writers.py $I/test_spark_session.py
 took
 
 section "pyspark 4.0 with Delta 4.0.1 (engine local), cdc-sql installed from its wheel"
 CDC_SQL_TEST_ENGINE=local CDC_SQL_TEST_WHEEL_VENV=.venv-spark-4.0 \
-  .venv-spark-4.0/bin/python -m pytest -q $I/test_end_to_end.py $I/test_wheel.py
+  .venv-spark-4.0/bin/python -m pytest -q -k "snapshot_then or wheel" \
+  $I/test_end_to_end.py $I/test_wheel.py
 took

@@ -21,6 +21,7 @@ def test_active_takes_the_callers_session_and_leaves_it_running(mariadb, databas
     pipeline = make_pipeline(f"- name: t\n  source: {database}.t\n"
                              f"- name: p\n  source: {database}.t\n"
                              f"  projection: SELECT id, v FROM t WHERE id > 1")
+    assert engine.spark is not None  # the caller's session, running
     active = engines.start("active")
     assert active.spark is engine.spark and active.kind == "spark"
     run(pipeline, active)
