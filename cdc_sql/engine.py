@@ -150,6 +150,28 @@ class DeltaSparkEngine(Engine):
         nothing does). So the values go in as SQL literals of their own types (sql.inline)."""
         return self.spark.sql(inline(text, args) if args else text)
 
+    def append(self, df, path: str, properties: dict | None = None) -> None:
+        super().append(df, path, {**_column_mapping(df), **(properties or {})})
+
+    def stage(self, df, path: str) -> None:
+        df.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .options(**_column_mapping(df)).save(str(path))
+
+    def replace(self, df, path: str, mark: str) -> None:
+        df.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .options(**_column_mapping(df)).option("userMetadata", mark).save(str(path))
+
+
+_UNNAMEABLE = set(" ,;{}()\n\t=")  # what Delta Spark refuses in a column name without mapping
+
+
+def _column_mapping(df) -> dict:
+    """Column mapping for a table Delta Spark creates with columns whose names it refuses
+    otherwise (a MySQL column `odd col`; Sail and delta-rs take them as they are)."""
+    if any(_UNNAMEABLE & set(f.name) for f in df.schema.fields):
+        return {"delta.columnMapping.mode": "name"}
+    return {}
+
 
 class SailEngine(Engine):
     """Sail (0.7): a Spark Connect server in Rust with its own Delta Lake. It has no ALTER

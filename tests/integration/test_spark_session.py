@@ -50,7 +50,8 @@ def test_silver_registered_in_spark_catalog_is_read_by_name(mariadb, database, e
         == [(1, "a"), (2, "B"), (3, "c")]
     assert spark.sql(f"SELECT count(*) FROM spark_catalog.{schema}.t_history "
                      f"WHERE id = 2").first()[0] == 2
-    tables = {r.tableName for r in spark.sql(f"SHOW TABLES IN spark_catalog.{schema}").collect()}
+    tables = {r.tableName for r in spark.sql(f"SHOW TABLES IN spark_catalog.{schema}").collect()
+              if not r.isTemporary}
     assert tables == {"t", "t_history"}
     described = {r.col_name: r.data_type for r in
                  spark.sql(f"DESCRIBE TABLE EXTENDED {schema}.t").collect()}
