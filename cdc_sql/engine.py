@@ -243,6 +243,11 @@ def probe(spark) -> tuple[type[Engine], str]:
 
 def start(mode: str = "sail", url: str = "") -> Engine:
     mode = mode or "sail"
+    try:
+        import pyspark  # noqa: F401 - not a dependency: a Databricks job has its runtime's
+    except ImportError:
+        raise CdcError(f"engine mode `{mode}` needs pyspark: pip install 'cdc-sql[sail]' (the "
+                       f"embedded engine) or 'cdc-sql[spark]' (a Spark of your own)") from None
     if mode == "sail":
         return _start_sail()
     if mode == "remote":
@@ -260,12 +265,12 @@ def start(mode: str = "sail", url: str = "") -> Engine:
     raise CdcError(f"unknown engine mode `{mode}` ({', '.join(MODES)})")
 
 
-def _probed(mode: str, spark, server=None) -> Engine:
+def _probed(mode: str, spark) -> Engine:
     """The implementation for the engine behind `spark`, its session configured."""
     kind, version = probe(spark)
     if kind is DeltaSparkEngine:
         _check_delta(spark, mode)
-    return kind(mode, _configure(spark), _server=server, version=version)
+    return kind(mode, _configure(spark), version=version)
 
 
 def _check_delta(spark, mode: str) -> None:
@@ -352,11 +357,8 @@ LOCAL_CONF = {
 def _start_local() -> Engine:
     """A JVM starts on first use, or in the background from `Engine.prepare()` (5-7 s), like
     Sail: a run whose windows are all merged in this process never starts one."""
-    try:
-        import pyspark
-    except ImportError as exc:
-        raise CdcError(f"engine mode `local` needs pyspark (pip install 'cdc-sql[spark]'): "
-                       f"{exc}") from None
+    import pyspark
+
     from cdc_sql import jars
 
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
