@@ -2,8 +2,9 @@
 process, others by Delta Spark. Each reads, merges, time-travels, checkpoints and vacuums what
 the other wrote, and silver keeps working after Delta Spark turns on deletion vectors or
 column mapping (features delta-rs cannot write: cdc-sql then sends those tables' changes
-through the engine, and says so; delta-rs 1.6 still reads column mapping, not deletion
-vectors). Delta Spark only: CDC_SQL_TEST_ENGINE=local or cluster."""
+through the engine, and says so; delta-rs 1.6 reads their log, not their rows: no deletion
+vectors, and columns added under column mapping read as NULLs). Delta Spark only:
+CDC_SQL_TEST_ENGINE=local or cluster."""
 import logging
 
 import pyarrow as pa
@@ -94,6 +95,4 @@ def test_silver_goes_on_after_delta_spark_turns_on_a_feature_delta_rs_cannot_wri
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
     maintain(engine, pipeline, retention_hours=0)  # compaction and vacuum through the engine
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
-    if feature == "column mapping":  # delta-rs 1.6 reads no deletion vectors
-        read = DeltaTable(silver).to_pyarrow_table()  # what Delta Spark wrote
-        assert sorted(read.column("id").to_pylist()) == [2, 4, 5]
+    assert DeltaTable(silver).schema().to_arrow().names[:3] == ["id", "v", "_cdc_offset"]
