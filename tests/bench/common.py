@@ -79,7 +79,7 @@ def create_table(db: MariaDB, rows: int, stage: str, wide: bool = False) -> str:
         ddl = TABLE_DDL.format(name=name)
         values = ("seq % 1000, CONCAT('name-', seq), seq / 7, '2024-01-01' + INTERVAL seq SECOND, "
                   "seq * 1.5, '2024-01-01' + INTERVAL (seq % 5000000) MINUTE")
-    db.execute("CREATE DATABASE IF NOT EXISTS bench", ddl,
+    db.execute("CREATE DATABASE IF NOT EXISTS bench", f"DROP TABLE IF EXISTS bench.{name}", ddl,
                f"INSERT INTO bench.{name} SELECT seq, {values} FROM bench.seq_1_to_{rows}")
     return name
 
