@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 import threading
+from dataclasses import replace
 
 from cdc_sql import engine
 from cdc_sql.config.json_schema import reference_markdown, schema_text
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     handler.addFilter(_redact)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         handlers=[handler], force=True)
-    for noisy in ("py4j", "pymysqlreplication", "grpc"):
+    for noisy in ("py4j", "pymysqlreplication", "grpc", "SQLQueryContextLogger"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     # Python warnings of libraries (deprecations, a regex's FutureWarning) are no message to a
     # user: logged, and shown with -v only.
@@ -116,7 +117,10 @@ def _parser() -> argparse.ArgumentParser:
                        "settings and projections; write nothing")
     validate.add_argument("--offline", action="store_true",
                           help="check only what needs no database")
-    command("plan", _plan, "show the splits and the SQL each step will run")
+    plan = command("plan", _plan, "show the splits, the SQL each step will run, and which "
+                   "path each table's windows take")
+    plan.add_argument("--engine", choices=engine.MODES, help="override the pipeline's engine.mode")
+    _sql_only_option(plan)
     run = command("run", _run, "capture and merge; follow the binlog until SIGINT/SIGTERM")
     run.add_argument("--until-caught-up", action="store_true",
                      help="stop once silver has caught up with the source position seen at "
@@ -125,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="follow mode: how long to keep retrying while the source is "
                           "unreachable (default 300)")
     _engine_options(run)
+    _sql_only_option(run)
     verify = command("verify", _verify, "compare silver with the source row by row; exit 0 when "
                      "equal, 1 with the differing keys")
     verify.add_argument("--tables", help="comma-separated silver table names (default: all)")
@@ -175,6 +180,13 @@ def _load(args, offline: bool = False) -> Pipeline:
     return pipeline
 
 
+def _sql_only_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sql-only", action="store_true",
+                        help="every silver window through the engine's SQL MERGE INTO (sets "
+                             "engine.sql_only): no in-process delta-rs merge, no first version "
+                             "written during the snapshot")
+
+
 def _engine(args, pipeline: Pipeline):
     return engine.start(args.engine or pipeline.engine.mode,
                         args.engine_url or pipeline.engine.url)
@@ -223,6 +235,8 @@ def _plan(args) -> int:
     with mysql.cursor(pipeline.source) as cur:
         for plan in silver_plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
+            print(_route(plan, lake, args.engine or pipeline.engine.mode,
+                         args.sql_only or pipeline.engine.sql_only))
             for table in plan.sources:
                 splits = plan_splits(cur, table, pipeline.source.chunk_size,
                                      pipeline.source.parallelism)
@@ -239,23 +253,31 @@ def _plan(args) -> int:
             print("-- the first batch (the snapshot rows and the changes up to :upto):")
             print(describe(batch_steps(lake, plan, first, Facts(), cascaded)))
             print("-- every later batch (the changes in (:after, :upto]):")
-            if small_merge.plan_unsuitable(plan) is None:
-                print(f"   (a window with no DDL or TRUNCATE, the source's columns in bronze "
-                      f"and silver, and a MERGE that fits in "
-                      f"{small_merge.MEMORY_BUDGET // 2**20} MB by the file sizes, is merged in "
-                      f"this process by delta-rs with the same rule instead, where delta-rs "
-                      f"reaches the table; so is the first batch, on a local path (its "
-                      f"snapshot rows written into silver's files while they are read), or in "
-                      f"an object store with at most {small_merge.SNAPSHOT_BYTES // 2**20} MB "
-                      f"of snapshot rows in bronze)")
             print(describe(batch_steps(lake, plan, later, Facts(), cascaded)))
     return 0
+
+
+def _route(plan, lake: Lake, mode: str, sql_only: bool) -> str:
+    """Which path the table's windows take, and why (`plan`)."""
+    reason = small_merge.route(plan, mode, lake.silver_path(plan.spec.name), sql_only)
+    if reason is not None:
+        return f"-- windows: every one through the engine's SQL below: {reason}"
+    return (f"-- windows: merged in this process by delta-rs with the same rule when one has no "
+            f"DDL or TRUNCATE, the source's columns in bronze and silver, silver's protocol "
+            f"asks for no feature delta-rs cannot write, and its MERGE fits in "
+            f"{small_merge.MEMORY_BUDGET // 2**20} MB by the file sizes; so is the first "
+            f"batch, on a local path (its snapshot rows written into silver's files while they "
+            f"are read), or in an object store with at most "
+            f"{small_merge.SNAPSHOT_BYTES // 2**20} MB of snapshot rows in bronze; else "
+            f"through the engine's SQL below (engine.sql_only forces that)")
 
 
 def _run(args) -> int:
     from cdc_sql.pipeline import run_pipeline  # the run's modules: only for `run`
 
     pipeline = _load(args)
+    if args.sql_only:
+        pipeline = replace(pipeline, engine=replace(pipeline.engine, sql_only=True))
     stop = threading.Event()
 
     def request_stop(signum, _frame):

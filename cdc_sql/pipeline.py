@@ -78,7 +78,7 @@ def run_pipeline(pipeline: Pipeline, engine, stop: threading.Event, until_caught
 class Runner:
     def __init__(self, pipeline: Pipeline, engine, stop: threading.Event | None = None):
         self.pipeline = pipeline
-        self.lake = Lake.open(engine, pipeline.root)
+        self.lake = Lake.open(engine, pipeline.root, pipeline.engine.sql_only)
         self.state = State(self.lake)
         self.stop = stop or threading.Event()
         # What this run's capture saw, so idle tables advance without a MERGE (heartbeat)

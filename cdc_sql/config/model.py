@@ -133,6 +133,10 @@ class EngineConfig:
                      "active (the running SparkSession, e.g. Databricks)", "sail",
                      choices=ENGINE_MODES)
     url: str = _key("Spark Connect URL for mode remote", "")
+    sql_only: bool = _key("every silver window through the engine's SQL MERGE INTO (the "
+                          "reference path): no window merged in this process by delta-rs, no "
+                          "first version written during the snapshot; the CLI's --sql-only "
+                          "sets it", False)
 
 
 @dataclass(frozen=True)

@@ -211,8 +211,8 @@ def landed_after(lake, tables: list[tuple[str, str]], after: Offset) -> dict:
         path, column = _offsets_of(lake, db, name)
         if not lake.tables.exists(path):
             continue
-        rows = lake.spark.sql(f"SELECT max({column}) FROM {table_ref(path)} WHERE {column} > "
-                              f":after", args={"after": after.text}).collect()
+        rows = lake.engine.sql(f"SELECT max({column}) FROM {table_ref(path)} WHERE {column} > "
+                               f":after", {"after": after.text}).collect()
         if rows and rows[0][0]:
             found[(db, name)] = Offset.parse(rows[0][0])
     return found

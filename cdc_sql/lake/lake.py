@@ -40,14 +40,15 @@ class Lake:
     engine: object
     root: Location  # a str is taken too (cdc_sql/location.py)
     tables: TableOps = field(repr=False)
+    sql_only: bool = False  # every silver window through the engine's SQL (engine.sql_only)
 
     def __post_init__(self):
         object.__setattr__(self, "root", Location.of(self.root))
 
     @classmethod
-    def open(cls, engine, root: Location | str) -> "Lake":
+    def open(cls, engine, root: Location | str, sql_only: bool = False) -> "Lake":
         root = Location.of(root)
-        return cls(engine, root, table_ops(engine, str(root)))
+        return cls(engine, root, table_ops(engine, str(root)), sql_only)
 
     @property
     def spark(self):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 
@@ -39,11 +38,12 @@ log = logging.getLogger("cdc_sql")
 ENGINE_COLUMNS = ("_cdc_offset", "_cdc_op", "_cdc_ts")
 HISTORY_COLUMNS = ("_cdc_op", "_cdc_valid_from", "_cdc_valid_from_ts", "_cdc_valid_to",
                    "_cdc_valid_to_ts", "_cdc_current")
-# Commits after our recorded version that need no one's attention: compaction and vacuum (same
-# content), and our own schema changes and MERGEs (a run that died before its state commit;
-# replaying a window is harmless, however often it happened).
-CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK, OWN_MERGE,
-                      RESNAPSHOT_MARK)
+# Commits after our recorded version that need no one's attention: compaction, vacuum and
+# table properties (same content: e.g. deletion vectors or column mapping turned on), and our
+# own schema changes and MERGEs (a run that died before its state commit; replaying a window
+# is harmless, however often it happened).
+CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES",
+                      "UPGRADE PROTOCOL", EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK)
 
 
 @dataclass(frozen=True)
@@ -528,7 +528,7 @@ def run_batch(lake, plan: SilverPlan, window: Window, statements: list[tuple] | 
             if not any(_references(later, step.name) for later in steps[n + 1:]
                        if later.kind != "view"):
                 continue  # sent with the view that reads it
-            _define_view(lake.spark, step, [s for s in steps[:n] if s.kind == "view"])
+            _define_view(lake.engine, step, [s for s in steps[:n] if s.kind == "view"])
             log.debug("silver %s: %s in %.3fs", plan.spec.name, step.title.split(":")[0],
                       time.monotonic() - started)
             continue
@@ -572,10 +572,10 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
         if not lake.tables.exists(path):
             continue
         fk = next(f for f in plan.cascades if f.parent_table == parent_table)
-        rows = spark.sql(render("cascade_parent_changes",
-                                key=", ".join(quote(k) for k in fk.referenced),
-                                bronze_changes=table_ref(path)),
-                         args={"after": window.after, "upto": window.upto}).collect()
+        rows = lake.engine.sql(render("cascade_parent_changes",
+                                      key=", ".join(quote(k) for k in fk.referenced),
+                                      bronze_changes=table_ref(path)),
+                               {"after": window.after, "upto": window.upto}).collect()
         unchecked = {_event_of(offset) for db, tbl, op, offset, _, _ in statements
                      if op == "no_fk_checks" and (db, tbl) == parent_table}
         stamps.update((row["_cdc_offset"], row["_cdc_ts"]) for row in rows)
@@ -627,7 +627,7 @@ def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tup
         if step.kind == "splits":
             _execute(lake, step)
         else:
-            _define_view(spark, step, [s for s in steps[:n] if s.kind == "view"])
+            _define_view(lake.engine, step, [s for s in steps[:n] if s.kind == "view"])
     parts = [spark.table(s.name) for s in steps if s.kind == "view"]
     silver = lake.silver_path(name)
     if not (window.first or window.replace) and lake.tables.exists(silver):
@@ -638,8 +638,9 @@ def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tup
         columns = ", ".join(quote(c) if c in present else
                             f"CAST(NULL AS {schema[c].dataType.simpleString()}) AS {quote(c)}"
                             for c in _row_columns(source, schema.names))
-        parts.append(spark.sql(render("cascade_silver_rows", columns=columns, silver=quote(view)),
-                               args={"source_table": source.qualified}))
+        parts.append(lake.engine.sql(render("cascade_silver_rows", columns=columns,
+                                            silver=quote(view)),
+                                     {"source_table": source.qualified}))
     versions = parts[0]
     for part in parts[1:]:
         versions = versions.unionByName(part)
@@ -697,7 +698,7 @@ def _references(step: Step, name: str) -> bool:
     return any(quote(name) in text for text in (step.sql, step.unique_check, step.as_is))
 
 
-def _define_view(spark, step: Step, earlier: list[Step]) -> None:
+def _define_view(engine, step: Step, earlier: list[Step]) -> None:
     """A view in one round trip with the earlier views it reads (as WITH clauses): each
     round trip to the engine costs 7-10 ms, most of a small table's batch. Parameters of
     different views that share a name and differ in value are renamed apart."""
@@ -725,7 +726,7 @@ def _define_view(spark, step: Step, earlier: list[Step]) -> None:
     sql = bind(step)
     if ctes:
         sql = f"WITH {', '.join(ctes)}\n{sql}"
-    spark.sql(sql, args=args or None).createOrReplaceTempView(step.name)
+    engine.sql(sql, args).createOrReplaceTempView(step.name)
 
 
 def _execute(lake, step: Step) -> int | None:
@@ -737,7 +738,7 @@ def _execute(lake, step: Step) -> int | None:
             .createOrReplaceTempView(step.name)
     elif step.kind == "append":
         if not lake.tables.exists(step.name):
-            rows = spark.sql(step.sql, args=step.args or None)
+            rows = lake.engine.sql(step.sql, step.args)
             create(lake, step.name, rows)  # the commit that creates silver holds the rows
     elif step.kind == "replace":
         lake.engine.replace(spark.sql(step.sql), step.name, RESNAPSHOT_MARK)
@@ -750,10 +751,10 @@ def _execute(lake, step: Step) -> int | None:
             # and staging costs another 0.2-0.5 s.
             spark.sql(step.as_is).createOrReplaceTempView(step.view)
             return rows
-        _staged(lake, step.name, spark.sql(step.sql, args=step.args or None)) \
+        _staged(lake, step.name, lake.engine.sql(step.sql, step.args)) \
             .createOrReplaceTempView(step.view)
     else:
-        spark.sql(step.sql, args=step.args or None).collect()
+        lake.engine.sql(step.sql, step.args).collect()
     return None
 
 
@@ -882,9 +883,7 @@ def _staged(lake, staging: str, df):
     a query may evaluate it more than once (Sail 0.7 does: 4.3 s instead of 1.5 s for 200k
     changes), and a history batch reads the table it merges into. A crash after staging just
     stages again."""
-    if lake.local:  # a fresh table each time: Sail cannot overwrite one whose schema gains a
-        shutil.rmtree(staging, ignore_errors=True)  # column with a table feature
-    df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(staging)
+    lake.engine.stage(df, staging)
     return lake.engine.read(staging)
 
 

@@ -44,6 +44,7 @@ _MAX_SLICE_BYTES = 32 * 2**20
 ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see writer_properties
 STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
 COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
+WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly"}  # delta-rs writes these (1.6)
 
 
 def choose(engine_mode: str, path: str) -> str:
@@ -87,6 +88,7 @@ class TableOps(Protocol):
     def cluster(self, path: str, columns: list[str]) -> None: ...
     def key_ranges(self, path: str, column: str) -> list[tuple] | None: ...
     def merges_here(self, path: str) -> bool: ...
+    def unwritable(self, path: str) -> list[str]: ...
     def pinned(self) -> ContextManager[None]: ...
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int: ...
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
@@ -171,11 +173,13 @@ def each(function, items: Iterable, workers: int = 8) -> None:
 
 
 def writer_properties():
-    """LZ4 for bronze and state: about 10% more snapshot rows/s than Snappy here, and read by
-    every Parquet reader cdc-sql targets (Spark, Sail, delta-rs)."""
+    """Snappy for what delta-rs writes (bronze, state, clustered silver): JVM Spark's Parquet
+    reader (aircompressor 2.0) rejects some LZ4_RAW pages delta-rs 1.6 writes ("last 5 bytes
+    must be literals"), and Snappy was the faster of the two here anyway (2M rows, 5 columns:
+    0.6 s against 1.0 s, the same size)."""
     from deltalake import WriterProperties
 
-    return WriterProperties(compression="LZ4_RAW", max_row_group_size=ROW_GROUP_ROWS)
+    return WriterProperties(compression="SNAPPY", max_row_group_size=ROW_GROUP_ROWS)
 
 
 def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
@@ -202,16 +206,27 @@ def stats_configuration(schema: pa.Schema) -> dict | None:
 
     - decimals wider than 64 bits get none: delta-rs 1.6 writes their min/max clamped to
       2^63-1, which breaks data skipping, and Sail 0.7 then even reads a column whose min
-      equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1);
+      equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1); nor do columns
+      of types Delta Spark keeps no statistics of (`_skipping_type`);
     - past 32 columns, cdc-sql's own `_cdc_*` columns come first (windows are read by
       `_cdc_offset`, snapshot rows by split), then the others in order up to 32."""
     wide = {f.name for f in schema if pa.types.is_decimal(f.type) and f.type.precision > 18}
     if not wide and len(schema) <= STATS_COLUMNS:
         return None
-    names = [f.name for f in schema if f.name not in wide]
+    names = [f.name for f in schema if f.name not in wide and _skipping_type(f.type)]
     own = [n for n in names if n.startswith("_cdc_")]
     kept = own + [n for n in names if not n.startswith("_cdc_")][:max(0, STATS_COLUMNS - len(own))]
     return {"delta.dataSkippingStatsColumns": ",".join(quote(n) for n in kept)}
+
+
+def _skipping_type(data_type: pa.DataType) -> bool:
+    """A type Delta Spark keeps statistics of: a column of another type (binary, boolean, ...)
+    named in delta.dataSkippingStatsColumns fails every write there
+    (DELTA_COLUMN_DATA_SKIPPING_NOT_SUPPORTED_TYPE)."""
+    t = pa.types
+    return t.is_integer(data_type) or t.is_floating(data_type) or t.is_decimal(data_type) or \
+        t.is_date(data_type) or t.is_timestamp(data_type) or t.is_string(data_type) or \
+        t.is_large_string(data_type)
 
 
 def stats_properties(schema) -> dict:
@@ -534,14 +549,23 @@ class DeltaRsTables:
         """Whether delta-rs may MERGE into the table: no feature it cannot write (deletion
         vectors, column mapping, ...: a table an engine created with its own defaults); a
         table not there yet delta-rs creates."""
+        return not self.unwritable(path)
+
+    def unwritable(self, path: str) -> list[str]:
+        """What about the table delta-rs cannot write: its table features outside the few it
+        writes, an older protocol past its versions, or append-only; [] for a table not there
+        yet (delta-rs creates it)."""
         if not self.exists(path):
-            return True
+            return []
         with self._table(path) as table:
             protocol = table.protocol()
             append_only = table.metadata().configuration.get("delta.appendOnly") == "true"
-        return protocol.min_reader_version <= 3 and protocol.min_writer_version <= 7 and \
-            not append_only and set(protocol.reader_features or ()) <= {"timestampNtz"} and \
-            set(protocol.writer_features or ()) <= {"timestampNtz", "invariants", "appendOnly"}
+        found = sorted(set(protocol.reader_features or ()) - {"timestampNtz"} |
+                       set(protocol.writer_features or ()) - WRITES_FEATURES)
+        if protocol.min_reader_version > 3 or protocol.min_writer_version > 7 or \
+                (protocol.writer_features is None and protocol.min_writer_version > 4):
+            found.append(f"protocol {protocol.min_reader_version}/{protocol.min_writer_version}")
+        return found + (["appendOnly"] if append_only else [])
 
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
         """Bytes of the table's data files; `within` (column, after, upto): only of the files
@@ -633,8 +657,13 @@ class SparkTables:
             .option("userMetadata", EVOLVE_MARK).save(str(path))
 
     def add_columns(self, path: str, fields: list) -> None:
-        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
-        self._marked_sql(f"ALTER TABLE {table_ref(path)} ADD COLUMNS ({columns})")
+        """ALTER TABLE ADD COLUMNS, or where the engine has none (Sail, which also ignores an
+        empty schema-merging append), the table rewritten with the columns in one commit."""
+        statement = self.engine.add_columns_sql(table_ref(path), fields)
+        if statement is not None:
+            self._marked_sql(statement)
+        else:
+            self.reshape(path, {}, [(f.name, f.dataType, None) for f in fields])
 
     def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
         from pyspark.sql import functions as F
@@ -662,7 +691,13 @@ class SparkTables:
         ref = table_ref(path)
         if compact:
             self.spark.sql(f"OPTIMIZE {ref}").collect()
-        self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
+        # Delta refuses a retention under a week unless told to: cdc-sql's is the user's choice
+        check = "spark.databricks.delta.retentionDurationCheck.enabled"
+        self.spark.conf.set(check, "false")
+        try:
+            self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
+        finally:
+            self.spark.conf.unset(check)
         return {}
 
     def key_ranges(self, path: str, column: str) -> list[tuple] | None:
@@ -670,6 +705,9 @@ class SparkTables:
 
     def merges_here(self, path: str) -> bool:
         return False  # the engine's storage: only its own MERGE
+
+    def unwritable(self, path: str) -> list[str]:
+        return []  # the engine writes whatever it reads
 
     def pinned(self) -> ContextManager[None]:
         return nullcontext()  # every read goes to the engine
@@ -709,5 +747,43 @@ class SparkTables:
             self.spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
 
 
+class WithFallback:
+    """delta-rs's table operations, except that a change to a table asking for features
+    delta-rs cannot write (deletion vectors or column mapping, which Databricks turns on for
+    new tables and a user may turn on for silver) goes through the engine's Spark SQL. Reads
+    stay with delta-rs, which reads those features. Each table's features are said once."""
+
+    ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
+              "cluster", "overwrite_arrow", "reset")
+
+    def __init__(self, tables: DeltaRsTables, engine):
+        self._tables, self._engine, self._said = tables, engine, set()
+
+    def unwritable(self, path: str) -> list[str]:
+        features = self._tables.unwritable(path)
+        if features and path not in self._said:
+            self._said.add(path)
+            log.info("%s asks for %s, which delta-rs cannot write: its MERGEs and changes go "
+                     "through the engine", path, ", ".join(features))
+        return features
+
+    def merges_here(self, path: str) -> bool:
+        return not self.unwritable(path)
+
+    def __getattr__(self, name: str):
+        method = getattr(self._tables, name)
+        if name not in self.ROUTED:
+            return method
+
+        def routed(path: str, *args, **kwargs):
+            if not self.unwritable(path):
+                return method(path, *args, **kwargs)
+            return getattr(SparkTables(self._engine), name)(path, *args, **kwargs)
+
+        return routed
+
+
 def table_ops(engine, root: str) -> TableOps:
-    return DeltaRsTables() if choose(engine.mode, root) == "delta-rs" else SparkTables(engine)
+    if choose(engine.mode, root) == "delta-rs":
+        return WithFallback(DeltaRsTables(), engine)  # type: ignore[return-value]
+    return SparkTables(engine)

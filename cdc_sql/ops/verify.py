@@ -93,7 +93,7 @@ def _verify_source(lake, pipeline, plan: SilverPlan, source: SourceTable, types:
     silver_sql = _silver_rows_sql(lake, plan)
     sql, args = spark_summary(silver_sql, outputs, buckets)
     args["source_table"] = source.qualified
-    actual = {row[0]: tuple(row[1:]) for row in engine.spark.sql(sql, args=args).collect()}
+    actual = {row[0]: tuple(row[1:]) for row in engine.sql(sql, args).collect()}
     report.buckets += buckets.total
     report.source_rows += sum(v[0] for v in expected.values())
     report.silver_rows += sum(v[0] for v in actual.values())
@@ -134,10 +134,10 @@ def _bucket_diff(engine, plan, outputs: list[Output], buckets: Buckets, bucket: 
                 f"WHERE {buckets.mysql(cur.connection.escape)} = {int(bucket)}")
     want = _by_key(cur.fetchall(), len(key))
     condition, args = buckets.spark()
-    rows = engine.spark.sql(
+    rows = engine.sql(
         f"SELECT {', '.join(spark_text(o) for o in [*key, *texts])}"
         f"{''.join(', ' + spark_float(o) for o in floats)} FROM ({silver_sql}) AS cdc_rows "
-        f"WHERE {condition} = {int(bucket)}", args={**args, "source_table": source}).collect()
+        f"WHERE {condition} = {int(bucket)}", {**args, "source_table": source}).collect()
     have = _by_key([tuple(r) for r in rows], len(key))
     names = [o.name for o in texts] + [o.name for o in floats]
     return describe_rows(want, have, [o.name for o in key], names,

@@ -48,7 +48,9 @@ class SourceView:
 
     @property
     def source_tables(self) -> list[SourceTable]:
-        return [t for tables in self.tables for t in tables]
+        """Every captured source table once, however many pipeline tables read it (its bronze
+        tables are created once: two creations of one table at once conflict on Delta Spark)."""
+        return list({t.qualified: t for tables in self.tables for t in tables}.values())
 
 
 def inspect_source(pipeline) -> SourceView:

@@ -23,8 +23,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
-from tests.bench.common import (Result, create_table, run_child, run_cli, timed, workdir,
-                                write_pipeline)
+from tests.bench.common import (ENGINE, Result, create_table, engine_label, run_child, run_cli,
+                                timed, workdir, write_pipeline)
 
 
 def make_changes(db: MariaDB, table: str, rows: int, per_transaction: int = 5_000) -> tuple:
@@ -90,7 +90,8 @@ def bare_merge(db: MariaDB, table: str, work, silver_copy: str) -> float:
     rows = rows.append_column("_cdc_ts", pa.repeat(pa.scalar(0, pa.timestamp("us", tz="UTC")), n))
     changes = str(work / "bare_changes")
     write_deltalake(changes, rows)
-    out, _ = run_child("-m", "tests.bench.merge_child", silver_copy, changes, "id")
+    out, _ = run_child("-m", "tests.bench.merge_child", silver_copy, changes, "id",
+                       ENGINE.get("mode", "sail"), ENGINE.get("url", ""))
     return json.loads(out.strip().splitlines()[-1])["seconds"]
 
 
@@ -123,7 +124,7 @@ def run(db: MariaDB, rows: int, wide: bool = False) -> list[Result]:
         Result(f"capture alone, 1 core {label}", rows, one_core),
         Result(f"capture alone, {cores} cores {label}", rows, all_cores, None, "1 core",
                rows / one_core),
-        Result(f"bare Sail MERGE (deduplicated) {label}", rows, merge),
+        Result(f"bare {engine_label().split()[0]} MERGE (deduplicated) {label}", rows, merge),
         Result(f"silver step (filter, dedup, MERGE) {label}", rows, summary["seconds_merge"],
                peak, "bare MERGE", rows / merge),
     ]

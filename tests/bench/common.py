@@ -40,6 +40,17 @@ WIDE_COLUMNS = [
 ]
 
 
+# The engine the stages run on (`--engines`): engine settings of the pipelines they write, and
+# what their bare MERGE baselines run on. Set by __main__ for each engine in turn.
+ENGINE: dict = {}
+
+
+def engine_label() -> str:
+    """'sail', 'local' or 'remote' (the standalone cluster), and whether windows are forced
+    through the engine's SQL."""
+    return ENGINE.get("label", "sail") + (" sql-only" if ENGINE.get("sql_only") else "")
+
+
 @dataclass
 class Result:
     stage: str
@@ -68,7 +79,7 @@ def create_table(db: MariaDB, rows: int, stage: str, wide: bool = False) -> str:
         ddl = TABLE_DDL.format(name=name)
         values = ("seq % 1000, CONCAT('name-', seq), seq / 7, '2024-01-01' + INTERVAL seq SECOND, "
                   "seq * 1.5, '2024-01-01' + INTERVAL (seq % 5000000) MINUTE")
-    db.execute("CREATE DATABASE IF NOT EXISTS bench", ddl,
+    db.execute("CREATE DATABASE IF NOT EXISTS bench", f"DROP TABLE IF EXISTS bench.{name}", ddl,
                f"INSERT INTO bench.{name} SELECT seq, {values} FROM bench.seq_1_to_{rows}")
     return name
 
@@ -81,6 +92,7 @@ def write_pipeline(db: MariaDB, table: str | list[str], workdir: Path, startup: 
     settings = "".join(f"  {key}: {value}\n" for key, value in tuned.items())
     tables = [table] if isinstance(table, str) else table
     entries = "".join(f"  - name: {t}\n    source: bench.{t}\n" for t in tables)
+    engine = "".join(f"  {k}: {v}\n" for k, v in ENGINE.items() if k in ("mode", "url", "sql_only"))
     path.write_text(f"""name: bench
 source:
   host: 127.0.0.1
@@ -91,7 +103,7 @@ source:
   startup: {startup}
 {settings}target:
   path: {lake or workdir / 'lake'}
-tables:
+{"engine:" + chr(10) + engine if engine else ""}tables:
 {entries}""")
     return path
 

@@ -1,4 +1,5 @@
-"""Child process for the bare-MERGE baseline: one MERGE INTO of pre-deduplicated changes."""
+"""Child process for the bare-MERGE baseline: one MERGE INTO of pre-deduplicated changes, on
+the engine the benchmark runs on (`MODE [URL]`, default the embedded Sail)."""
 import json
 import sys
 import time
@@ -8,8 +9,8 @@ from cdc_sql.lake.tables import table_ref
 from cdc_sql.sql import quote
 
 
-def main(silver: str, changes: str, key: str) -> None:
-    engine = engines.start("sail")
+def main(silver: str, changes: str, key: str, mode: str = "sail", url: str = "") -> None:
+    engine = engines.start(mode, url)
     try:
         engine.read(changes).createOrReplaceTempView("bare_changes")
         columns = [quote(c) for c in engine.read(silver).columns]

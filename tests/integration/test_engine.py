@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from cdc_sql.engine import Engine
+from cdc_sql.engine import SailEngine
 from tests.integration.helpers import assert_silver_equals, run
 
 pytestmark = pytest.mark.integration
@@ -34,9 +34,9 @@ def test_every_version_reads_back_though_checkpoints_follow_it(engine, tmp_path)
     assert engine.read(path).count() == 22
 
 
-def lazy_engine(engine, booted: list) -> Engine:
+def lazy_engine(engine, booted: list) -> SailEngine:
     """An embedded engine not started yet, whose start is recorded (it is the shared one)."""
-    return Engine("sail", None, _boot=lambda: booted.append("booted") or engine.spark)
+    return SailEngine("sail", None, _boot=lambda: booted.append("booted") or engine.spark)
 
 
 def test_runs_of_plain_tables_start_the_engine_only_when_a_window_needs_it(
