@@ -236,7 +236,7 @@ def _lease(root: Location, command: str, on_lost: Callable[[], None]) -> Iterato
         raise
     except Exception as exc:  # noqa: BLE001 - unreachable, no bucket, no credentials
         raise StateError(f"target {root.redacted()} cannot be locked: "
-                         f"{objects.explain(exc)}") from None
+                         f"{objects.explain(exc, root.storage)}") from None
     lease.renew()
     try:
         yield

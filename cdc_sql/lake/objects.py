@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 
 from cdc_sql.errors import CdcError
-from cdc_sql.location import Location
+from cdc_sql.location import AZURE, Location
 
 # A lock or probe request gives up quickly rather than retrying for minutes (object_store's
 # default: 10 retries within 180 s): `validate` must answer, and a lease is renewed often.
@@ -129,7 +129,8 @@ def probe(root: Location) -> None:
     try:
         create(objects, name, b"1")
     except Exception as exc:  # noqa: BLE001 - unreachable, no bucket, no credentials...
-        raise CdcError(f"target {root.redacted()} is not writable: {explain(exc)}") from None
+        raise CdcError(f"target {root.redacted()} is not writable: "
+                       f"{explain(exc, root.storage)}") from None
     try:
         create(objects, name, b"2")
         unsafe = True
@@ -138,7 +139,7 @@ def probe(root: Location) -> None:
     except Exception as exc:  # noqa: BLE001 - a store that rejects conditional puts outright
         delete(objects, name)
         raise CdcError(f"target {root.redacted()} does not take conditional puts "
-                       f"({explain(exc)}), which Delta commits need") from None
+                       f"({explain(exc, root.storage)}), which Delta commits need") from None
     delete(objects, name)
     if unsafe:
         raise CdcError(f"target {root.redacted()} ignores put-if-absent (If-None-Match): two "
@@ -178,14 +179,15 @@ def check_target(root: Location, environ) -> str:
             f"put-if-absent, so concurrent Delta commits cannot overwrite each other")
 
 
-def explain(exc: Exception) -> str:
-    """One line for an object store's error: what went wrong, without its debug dump."""
+def explain(exc: Exception, storage: str = "s3") -> str:
+    """One line for an object store's error: what went wrong, without its debug dump;
+    `storage` (a Location's) says which setting names the endpoint."""
     name, text = type(exc).__name__.lower(), first_line(exc)
     lowered = text.lower()
     status = {int(code) for code in re.findall(r"(?:status code: |code: |\()(4\d\d)\b", text)}
     if "error sending request" in lowered or "connect" in lowered or "dns" in lowered or \
             "timed out" in lowered:
-        return f"the endpoint cannot be reached (check AWS_ENDPOINT_URL or the network): {text}"
+        return f"the endpoint cannot be reached (check {_endpoint(storage)} or the network): {text}"
     if "unauthenticated" in name or 401 in status:
         return f"no valid credentials (set them in the environment): {text}"
     if "permission" in name or 403 in status or "accessdenied" in lowered:
@@ -193,6 +195,15 @@ def explain(exc: Exception) -> str:
     if 404 in status or "nosuchbucket" in lowered or "containernotfound" in lowered:
         return f"the bucket or container does not exist: {text}"
     return text
+
+
+def _endpoint(storage: str) -> str:
+    """The setting that names a store's endpoint (docs/operations.md, "Object storage")."""
+    if storage in ("gs", "gcs"):
+        return "the gcs_base_url of the GOOGLE_SERVICE_ACCOUNT key file"
+    if storage in AZURE:
+        return "AZURE_STORAGE_ACCOUNT_NAME, or AZURITE_BLOB_STORAGE_URL for Azurite"
+    return "AWS_ENDPOINT_URL"
 
 
 def first_line(exc: BaseException) -> str:

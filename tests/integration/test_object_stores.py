@@ -117,6 +117,24 @@ def test_validate_names_a_missing_bucket_an_unreachable_endpoint_and_unsafe_sett
         objects.check_target(Location.of(url), os.environ)
 
 
+def test_a_gs_target_is_configured_from_the_environment_and_named_when_unreachable(
+        tmp_path, monkeypatch):
+    """No GCS emulator here takes object_store's writes (docs/engines.md, "Object storage"):
+    this proves the gs:// path up to the wire, through a key file that points at loopback."""
+    key = tmp_path / "gcs.json"
+    key.write_text(json.dumps({"gcs_base_url": "http://127.0.0.1:9", "disable_oauth": True,
+                               "client_email": "", "private_key": "", "private_key_id": ""}))
+    monkeypatch.setenv("GOOGLE_SERVICE_ACCOUNT", str(key))  # nothing listens on port 9
+    with pytest.raises(CdcError, match=r"target gs://lake/shop is not writable: the endpoint "
+                                       r"cannot be reached \(check the gcs_base_url .*"
+                                       r"http://127\.0\.0\.1:9/lake/shop"):
+        objects.check_target(Location.of("gs://lake/shop"), os.environ)
+    with pytest.raises(StateError, match="target gs://lake/shop cannot be locked: the endpoint "
+                                         "cannot be reached"):
+        with target_lock("gs://lake/shop", "run"):
+            pass
+
+
 class _IgnoresConditions(http.server.BaseHTTPRequestHandler):
     """An S3 endpoint that ignores If-None-Match and If-Match (as some S3-compatible stores
     do): moto behind a proxy that drops those headers."""

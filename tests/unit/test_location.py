@@ -138,3 +138,16 @@ def test_an_object_store_error_is_named_in_one_line(text, said):
 
     assert said in explain(RuntimeError(text + "\n\nDebug source: ..."))
     assert "Debug source" not in explain(RuntimeError(text + "\n\nDebug source: ..."))
+
+
+@pytest.mark.parametrize("storage, setting", [
+    ("s3", "AWS_ENDPOINT_URL"), ("s3a", "AWS_ENDPOINT_URL"),
+    ("gs", "gcs_base_url of the GOOGLE_SERVICE_ACCOUNT key file"),
+    ("abfss", "AZURITE_BLOB_STORAGE_URL"), ("az", "AZURE_STORAGE_ACCOUNT_NAME"),
+])
+def test_an_unreachable_endpoint_names_the_setting_of_its_store(storage, setting):
+    from cdc_sql.lake.objects import explain
+
+    said = explain(RuntimeError("Error performing PUT http://127.0.0.1:9/b/x - HTTP error: "
+                                "error sending request"), storage)
+    assert said.startswith("the endpoint cannot be reached (check ") and setting in said
