@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from cdc_sql.config.model import Source
 from cdc_sql.errors import ConfigError, SourceError
 from cdc_sql.source import mysql, preflight
-from cdc_sql.source.schema import read_table
+from cdc_sql.source.schema import TABLE_TYPES, read_table
 
 PASSWORD_VARIABLE = "MYSQL_PASSWORD"
 
@@ -56,7 +56,7 @@ def read_source(source: Source, database: str, pattern: str | None) -> tuple[lis
         except SourceError as exc:
             problems = [str(exc)]
         cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
-                    "AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME", (database,))
+                    f"AND TABLE_TYPE IN {TABLE_TYPES} ORDER BY TABLE_NAME", (database,))
         names = [row[0] for row in cur.fetchall()
                  if matcher is None or matcher.fullmatch(row[0])]
         if not names:

@@ -19,6 +19,7 @@ from cdc_sql.config.loader import Document, read_document
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.errors import ConfigError
 
+SCHEMA_CHANGE_POLICIES = ("evolve", "resnapshot", "stop", "ignore_new_columns")
 STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "snapshot-only")
 ENGINE_MODES = ("sail", "remote", "local", "active")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -141,6 +142,13 @@ class Table:
                                           "across shards (else the key includes "
                                           "_cdc_source_table); a row moves between shards by a "
                                           "delete, then an insert", False)
+    on_schema_change: str = _key(
+        "what a DDL on its source does: evolve (columns added, widened, renamed; an "
+        "incompatible change stops), resnapshot (an incompatible change reads the table again "
+        "online), stop (any DDL stops the run), ignore_new_columns (added columns stay out of "
+        "silver). Rows changed without row events (partition maintenance, statement-format "
+        "DML) are read again online, unless stop", "evolve",
+        choices=SCHEMA_CHANGE_POLICIES)
 
     @property
     def is_pattern(self) -> bool:

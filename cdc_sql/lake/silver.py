@@ -12,6 +12,7 @@ to print the steps, and need no Spark.
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -201,6 +202,14 @@ def cascade_parents(plans: list[SilverPlan]) -> dict[str, list[str]]:
             if plan.cascades}
 
 
+def carries(plans: list[SilverPlan], source: str, column: str) -> bool:
+    """Every silver table reading `source` (db.table) holds its `column` as it is, so rows can
+    be removed from silver by that column's values (a partition's rows: apply_truncates)."""
+    readers = [p for p in plans if any(s.qualified == source for s in p.sources)]
+    return bool(readers) and all((quote(column), column) in p.projection.columns
+                                 for p in readers)
+
+
 def _shard_difference(first: SourceTable, other: SourceTable) -> str:
     mine, theirs = [c.name for c in first.columns], [c.name for c in other.columns]
     parts = []
@@ -291,7 +300,7 @@ class Facts:
         return renamed_columns(self.statements.get(source, ()))
 
 
-STATEMENT_OPS = ("ddl", "truncate", "no_fk_checks")
+STATEMENT_OPS = ("ddl", "truncate", "delete", "no_fk_checks")
 
 
 def read_statements(lake) -> list[tuple]:
@@ -790,23 +799,31 @@ def create(lake, path: str, rows) -> None:
 
 def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
     """Rows a TRUNCATE in the window removed leave silver (the MERGE kept later changes), and
-    their history versions end there."""
+    their history versions end there; so do the rows of partitions a TRUNCATE or DROP
+    PARTITION removed (op `delete`: the statement and the conditions on the partitioning
+    column that say which rows, source/partitions.py), where silver's row at that offset was
+    still the one the partition held."""
     for source in plan.sources:
-        truncates = [(offset, ts) for op, offset, ts, _ in facts.statements.get(source.qualified, ())
-                     if op == "truncate"]
-        if not truncates:
-            continue
-        truncated_at, truncated_ts = truncates[-1]
-        Offset.parse(truncated_at)  # ours, as written by capture
+        found = facts.statements.get(source.qualified, ())
+        truncates = [(offset, ts) for op, offset, ts, _ in found if op == "truncate"]
+        removals = [(offset, ts, where) for op, offset, ts, statement in found
+                    if op == "delete" and not (truncates and offset < truncates[-1][0])
+                    for where in json.loads(statement)["where"]]
+        if truncates:
+            removals.insert(0, (*truncates[-1], []))
         shard = [("_cdc_source_table", "=", source.qualified)] if plan.sharded else []
-        lake.tables.delete_rows(lake.silver_path(plan.spec.name),
-                                [("_cdc_offset", "<", truncated_at), *shard])
-        if plan.spec.history:
-            lake.tables.update_rows(
-                lake.history_path(plan.spec.name),
-                {"_cdc_valid_to": truncated_at, "_cdc_current": False,
-                 "_cdc_valid_to_ts": truncated_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
-                [("_cdc_current", "=", True), ("_cdc_valid_from", "<", truncated_at), *shard])
+        for removed_at, removed_ts, where in removals:
+            Offset.parse(removed_at)  # ours, as written by capture
+            conditions = [(column, op, value) for column, op, value in where]
+            lake.tables.delete_rows(lake.silver_path(plan.spec.name),
+                                    [("_cdc_offset", "<", removed_at), *conditions, *shard])
+            if plan.spec.history:
+                lake.tables.update_rows(
+                    lake.history_path(plan.spec.name),
+                    {"_cdc_valid_to": removed_at, "_cdc_current": False,
+                     "_cdc_valid_to_ts": removed_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
+                    [("_cdc_current", "=", True), ("_cdc_valid_from", "<", removed_at),
+                     *conditions, *shard])
 
 
 def evolve(lake, path: str, plan: SilverPlan, changes_schema,

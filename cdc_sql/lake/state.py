@@ -150,6 +150,10 @@ class CaptureEntry(Entry):
     # Source tables ([db, table]; ["", ""] for the statements table) whose bronze tables may
     # hold rows beyond `position`: a batch or a part of a large transaction was being written.
     landing: list[list[str]] = field(default_factory=list)
+    # Prepared XA transactions held back until their XA COMMIT: XID -> {"start": the position
+    # their events begin at, "gtid": the GTID of their prepared part}. Capture reads them again
+    # from there when it resumes, and lands them at their commit (source/binlog.py).
+    held: dict[str, dict] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

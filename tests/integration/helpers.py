@@ -45,9 +45,13 @@ def source_rows(mariadb, sql: str) -> list[tuple]:
     return mariadb.query(sql)
 
 
-def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, key: str = "id"):
-    """Silver (engine columns dropped) equals the rows `source_sql` returns from MariaDB."""
+def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, key: str = "id",
+                         where: str = ""):
+    """Silver (engine columns dropped; `where` it holds, when given) equals the rows
+    `source_sql` returns from MariaDB."""
     silver = engine.read(silver_path(pipeline, name))
+    if where:
+        silver = silver.where(where)
     columns = [c for c in silver.columns if not c.startswith("_cdc_")]
     keys = [k.strip() for k in key.split(",")]  # "a, b": a composite key
     silver = silver.select(*columns).orderBy(*keys)
