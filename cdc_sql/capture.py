@@ -49,11 +49,12 @@ class Pass:
 
 @dataclass(frozen=True)
 class Policy:
-    """What capture needs to know of the silver side when rows change without row events
-    (source/binlog.py: Bypass): which tables stop the run, whether silver holds a column as the
-    source has it, and which source tables a re-snapshot of some must read with them."""
+    """What capture needs to know of the pipeline when a table's definition or rows change
+    under it (source/binlog.py): each table's `on_schema_change`, whether silver holds a column
+    as the source has it, and which source tables a re-snapshot of some must read with them."""
 
-    stops: object = lambda db, table: False
+    on_change: object = lambda db, table: "evolve"
+    cannot_follow: object = lambda table: ""  # why bronze cannot take a table now ("": it can)
     carried: object = lambda db, table, column: True
     widen: object = lambda tables: tables
 
@@ -111,7 +112,7 @@ class Capture:
                               matches=self.matches, skip=skip, part_rows=batch_rows,
                               server=self.server, by_gtid=by_gtid, base=base, drop=drop,
                               held=self.committed.held, schema_at=self.schema_at,
-                              carried=self.policy.carried, stops=self.policy.stops)
+                              policy=self.policy)
         last_flush = time.monotonic()
         try:
             for kind in reader.read():

@@ -98,7 +98,7 @@ class Runner:
         view = inspect_source(self.pipeline)
         for warning in view.warnings:
             log.warning(warning)
-        plans = self.plans = silver_plans(self.pipeline, view)
+        plans = self.plans = self._silver_plans(view)
         for warning in cascade_warnings(plans, view):
             log.warning(warning)
         self.engine_wanted = self._wants_engine(plans)
@@ -125,7 +125,7 @@ class Runner:
                     view = dataclasses.replace(  # the new definitions (projections checked again)
                         inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at,
                         server=view.server, base=view.base)
-                    plans = self.plans = silver_plans(self.pipeline, view)
+                    plans = self.plans = self._silver_plans(view)
                     self.engine_wanted = self._wants_engine(plans)
                     self.ensure_bronze(view)
                     with timed(summary, "snapshot"):  # of tables that just began to match
@@ -155,6 +155,16 @@ class Runner:
             except Exception:  # noqa: BLE001 - never hide the run's own error
                 log.exception("could not record the run outcome")
         return entry
+
+    def _silver_plans(self, view: SourceView) -> list[SilverPlan]:
+        """The silver plans; a table with `on_schema_change: ignore_new_columns` keeps the
+        columns its silver has."""
+        kept = {}
+        for spec in self.pipeline.tables:
+            path = self.lake.silver_path(spec.name)
+            if spec.on_schema_change == "ignore_new_columns" and self.lake.tables.exists(path):
+                kept[spec.name] = set(self.lake.tables.schema(path).names)
+        return silver_plans(self.pipeline, view, kept)
 
     def ensure_bronze(self, view: SourceView) -> None:
         bronze.ensure_statements_table(self.lake)
@@ -542,9 +552,14 @@ class Runner:
             found = resnapshot.closure(names, sources_by_table(plans), cascade_parents(plans))[1]
             return sorted(set(found) | set(tables))
 
+        def on_change(db: str, table: str) -> str:
+            found = {s.on_schema_change for s in specs if s.matches(db, table)}
+            return next((p for p in ("stop", "resnapshot", "ignore_new_columns") if p in found),
+                        "evolve")
+
         return Policy(
-            stops=lambda db, table: any(s.matches(db, table) and s.on_schema_change == "stop"
-                                        for s in specs),
+            on_change=on_change,
+            cannot_follow=lambda table: bronze.cannot_hold(self.lake, table),
             carried=lambda db, table, column: carries(plans, f"{db}.{table}", column),
             widen=widen)
 

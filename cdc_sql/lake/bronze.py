@@ -153,6 +153,23 @@ def _merged_schema(current: pa.Schema, incoming: list[pa.Schema], table) -> pa.S
     return pa.schema([fields[n] for n in order])
 
 
+def cannot_hold(lake, table: SourceTable) -> str:
+    """Why bronze's changes table cannot take the table's rows as now defined (a column whose
+    type is no widening of the one bronze holds), or "" when it can."""
+    path = lake.changes_path(table.db, table.name)
+    if not lake.tables.exists(path):
+        return ""
+    current = lake.tables.schema(path)
+    for f in changes_schema(table):
+        if f.name in current.names and current.field(f.name).type != f.type:
+            try:
+                _wider(current.field(f.name).type, f.type, table.qualified, f.name)
+            except SourceError:
+                return f"column `{f.name}` changed type from {current.field(f.name).type} to " \
+                       f"{f.type}"
+    return ""
+
+
 def _wider(old: pa.DataType, new: pa.DataType, table: str, column: str) -> pa.DataType:
     """The type holding every value of both, where one widens to the other."""
     if old in _WIDENS and new in _WIDENS:

@@ -134,14 +134,26 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
     return SilverPlan(spec, tuple(sources), projection, key_texts)
 
 
-def silver_plans(pipeline, view) -> list[SilverPlan]:
+def silver_plans(pipeline, view, kept: dict[str, set[str]] | None = None) -> list[SilverPlan]:
     """Every table of the pipeline planned over the source tables `view` found for it, with
-    the foreign-key cascades it applies."""
+    the foreign-key cascades it applies. `kept`: per silver table with `on_schema_change:
+    ignore_new_columns` that exists, its columns: source columns added since stay out."""
     plans = [plan_silver(spec, tables, pipeline.file, i)
              for i, (spec, tables) in enumerate(zip(pipeline.tables, view.tables))]
+    plans = [without_new_columns(plan, (kept or {}).get(plan.spec.name)) for plan in plans]
     applied, _ = _cascades(plans, view)
     return [replace(plan, cascades=applied.get(plan.sources[0].qualified, ())) if plan.as_is
             else plan for plan in plans]
+
+
+def without_new_columns(plan: SilverPlan, columns: set[str] | None) -> SilverPlan:
+    """The plan without the output columns silver does not have (`columns`: silver's, None
+    when it does not exist yet), for `on_schema_change: ignore_new_columns`."""
+    if columns is None or plan.spec.on_schema_change != "ignore_new_columns":
+        return plan
+    chosen = tuple(c for c in plan.projection.columns
+                   if c[1] in columns or c[1] in plan.projection.key)
+    return replace(plan, projection=replace(plan.projection, columns=chosen))
 
 
 def cascade_warnings(plans: list[SilverPlan], view) -> list[str]:

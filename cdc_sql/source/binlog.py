@@ -33,7 +33,7 @@ from cdc_sql.source.decoding import Decoding, EventError
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks, MariaGtidState
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.rows import DecodeError, TableDecoder, table_decoder
-from cdc_sql.source.schema import SourceTable
+from cdc_sql.source.schema import SourceTable, read_table
 
 # A change that cannot be decoded stops the run before anything of its batch is written: no table
 # moves past it, so no table's silver silently skips it.
@@ -41,6 +41,8 @@ DECODE_ADVICE = ("The run stops here and no table moves past this change; report
                  "table's SHOW CREATE TABLE, or remove the table from the pipeline to go on "
                  "without it")
 
+STOPPED = ("Its pipeline table has on_schema_change: stop. To go on, re-snapshot it (cdc-sql "
+           "resnapshot PIPELINE --tables <name>) or choose another on_schema_change")
 log = logging.getLogger(__name__)
 _UTC = dt.timezone.utc
 STATEMENTS_SCHEMA = pa.schema([
@@ -56,6 +58,23 @@ _UNSUPPORTED = {
     ev.MARIADB_START_ENCRYPTION: "the binlog is encrypted (encrypt_binlog=ON); cdc-sql cannot "
                                  "read encrypted binlogs",
 }
+
+
+@dataclass(frozen=True)
+class _NoPolicy:
+    """capture.Policy's defaults, for a reader used on its own."""
+
+    def on_change(self, db: str, table: str) -> str:
+        return "evolve"
+
+    def cannot_follow(self, table) -> str:
+        return ""
+
+    def carried(self, db: str, table: str, column: str) -> bool:
+        return True
+
+
+_NO_POLICY = _NoPolicy()
 
 
 @dataclass
@@ -117,15 +136,16 @@ class BinlogReader:
                  server: str = "", by_gtid: bool = False, base: int | None = None,
                  drop: dict[tuple[str, str], Offset] | None = None,
                  held: dict[str, dict] | None = None, schema_at: Position | None = None,
-                 carried=lambda db, table, column: True, stops=lambda db, table: False):
+                 policy=None):
         self.source, self.mariadb, self.compiled = source, mariadb, compiled
-        # Rows changed without row events: tables to read again (`bypassed`), unless the
-        # table's policy stops the run (`stops`). `carried(db, table, column)`: every silver
-        # table reading the source table holds that column as it is (a partition's rows can
-        # then be removed from silver by the column's values). `schema_at`: the binlog end
+        # Rows changed without row events, and DDL a table's `on_schema_change` cannot evolve
+        # through: tables to read again (`bypassed`), unless that policy stops the run.
+        # `policy` (capture.Policy) says, per table, that policy, why bronze cannot take its
+        # rows as now defined, and whether silver holds a column as it is (a partition's rows
+        # can then be removed from silver by the column's values). `schema_at`: the binlog end
         # read just after the tables' definitions.
         self.bypassed: list[Bypass] = []
-        self._stops, self._carried, self.schema_at = stops, carried, schema_at
+        self.policy, self.schema_at = policy or _NO_POLICY, schema_at
         self._matches = matches  # does a pipeline table want db.table (a new shard, say)?
         self.schema_changed: list[str] = []  # tables a DDL changed: the pass ended after it
         self.tables = {(t.db, t.name): t for t in tables}
@@ -361,6 +381,7 @@ class BinlogReader:
         own. Kept in bronze when it may concern a captured table (as `op`, for the table
         `row_of`, with `where`: _ddl); after one that touches a captured table the pass ends
         (`stop`), so the next one reads the new definitions."""
+        self._policies(query, {t for t in touched if t in self.tables})
         landed = self.skip.get(("", ""))  # statements bronze already holds
         if (query.schema in self.schemas or touched) and (
                 landed is None or (self._seq(), event.log_pos) >
@@ -372,6 +393,40 @@ class BinlogReader:
             self.schema_changed = sorted(f"{db}.{t}" for db, t in touched)
             return "ddl-stop"
         return result
+
+    def _policies(self, query: ev.Query, tables: set[tuple[str, str]]) -> None:
+        """A DDL that may change these captured tables, by their pipeline tables'
+        `on_schema_change`: `stop` stops the run here; `resnapshot` reads the table again if
+        its definition now is one silver cannot evolve to (another key, a type that is no
+        widening); the others go on (the pass ends, and the next reads the definitions)."""
+        offset = Offset(self._seq(), self.event_position.pos, 0)
+        for db, table in sorted(tables):
+            dropped = self.drop.get((db, table))
+            if dropped is not None and offset <= dropped:
+                continue  # a re-snapshot whose rows are read after this is under way
+            policy = self.policy.on_change(db, table)
+            if policy == "stop":
+                verb = " ".join(query.statement.split(None, 2)[:2]).upper()
+                raise SourceError(f"{db}.{table} at binlog {self.event_position}: a DDL statement "
+                                  f"that may change it ({verb} ...). {STOPPED}")
+            if policy == "resnapshot":
+                why = self._incompatible(self.tables[db, table])
+                if why:
+                    self._bypass([(db, table)], f"a DDL statement: {why}, which silver cannot "
+                                                f"evolve to (on_schema_change: resnapshot)")
+
+    def _incompatible(self, table: SourceTable) -> str:
+        """Why the table as now defined cannot be followed by evolving ("" if it can, or if
+        the table is gone: the run then says so): its key changed, or bronze cannot take a
+        column's new type."""
+        try:
+            with self._cursor() as cur:
+                now = read_table(cur, table.db, table.name, table.key)
+        except SourceError:
+            return ""
+        if tuple(now.key) != tuple(table.key):
+            return f"its key changed from ({', '.join(table.key)}) to ({', '.join(now.key)})"
+        return self.policy.cannot_follow(now)
 
     def _statement_dml(self, query: ev.Query, statement: str) -> None:
         """DML the source wrote as a statement (binlog_format STATEMENT or MIXED, LOAD DATA in
@@ -393,10 +448,8 @@ class BinlogReader:
             if dropped is not None and offset <= dropped:
                 continue  # a re-snapshot whose rows are read after this is under way
             where = f"{db}.{table} at binlog {self.event_position}"
-            if self._stops(db, table):
-                raise SourceError(f"{where}: {reason}. Its pipeline table has "
-                                  f"on_schema_change: stop; re-snapshot it (cdc-sql resnapshot "
-                                  f"PIPELINE --tables <name>) to go on")
+            if self.policy.on_change(db, table) == "stop":
+                raise SourceError(f"{where}: {reason}. {STOPPED}")
             log.warning("%s: %s; the table is read again (re-snapshot)", where, reason)
             self.bypassed.append(Bypass(f"{db}.{table}", reason, offset.text))
 
@@ -438,7 +491,7 @@ class BinlogReader:
         source = self.tables[table]
         layout = source.partitioning
         if layout is None or layout.column is None or \
-                not self._carried(*table, layout.column):
+                not self.policy.carried(*table, layout.column):
             return None
         where = layout.rows_of(names)
         if where is None or not self._layout_current(table):

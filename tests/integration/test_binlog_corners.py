@@ -268,3 +268,55 @@ def test_system_versioned_tables_give_their_current_rows(mariadb, database, engi
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
     assert_silver_equals(engine, pipeline, "declared", mariadb,
                          f"SELECT id, v, n, since, until FROM {database}.declared")
+
+
+def test_on_schema_change_policies(mariadb, database, engine, make_pipeline):
+    """resnapshot: an incompatible MODIFY reads the table again by itself (a widening one
+    evolves); ignore_new_columns: an added column stays out of silver; stop: any DDL stops the
+    run, and a re-snapshot goes on past it. History stays one current version per row."""
+    for name in ("again", "narrow", "halted"):
+        items(mariadb, database, name=name, rows=150)
+    pipeline = make_pipeline(f"""
+        - name: again
+          source: {database}.again
+          history: true
+          on_schema_change: resnapshot
+        - name: narrow
+          source: {database}.narrow
+          history: true
+          on_schema_change: ignore_new_columns
+        - name: halted
+          source: {database}.halted
+          on_schema_change: stop""")
+    run(pipeline, engine)
+    with writing(mariadb, database, "again", 150), writing(mariadb, database, "narrow", 150, 5):
+        mariadb.execute("ALTER TABLE again MODIFY n BIGINT",  # a widening: evolved
+                        "UPDATE again SET n = 5000000000 WHERE id = 149",
+                        "ALTER TABLE narrow ADD COLUMN extra INT DEFAULT 7",
+                        "UPDATE narrow SET extra = 8 WHERE id = 149", db=database)
+        run(pipeline, engine)
+        assert not requested(engine, pipeline)
+        mariadb.execute("ALTER TABLE again MODIFY n VARCHAR(30)",  # LONG to STRING: read again
+                        "UPDATE again SET n = 'text' WHERE id = 150", db=database)
+        run(pipeline, engine)
+    run(pipeline, engine)
+    assert set(requested(engine, pipeline)) == {f"{database}.again"}
+    assert "column `n` changed type from int64 to string" in requested(engine, pipeline)[f"{database}.again"]
+    assert_silver_equals(engine, pipeline, "again", mariadb, f"SELECT * FROM {database}.again")
+    assert_silver_equals(engine, pipeline, "narrow", mariadb,
+                         f"SELECT id, v, n FROM {database}.narrow")
+    for name in ("again", "narrow"):
+        history = engine.read(history_path(pipeline, name))
+        assert "extra" not in history.columns
+        current = history.where("_cdc_current")
+        assert current.count() == current.select("id").distinct().count() == \
+            mariadb.query(f"SELECT COUNT(*) FROM {database}.{name}")[0][0]
+    mariadb.execute("ALTER TABLE halted ADD COLUMN later INT", db=database)
+    with pytest.raises(SourceError, match=rf"{database}\.halted at binlog .*: a DDL statement "
+                                          r"that may change it \(ALTER TABLE \.\.\.\)\. Its "
+                                          r"pipeline table has on_schema_change: stop"):
+        run(pipeline, engine)
+    subprocess.run([sys.executable, "-m", "cdc_sql.cli", "resnapshot", pipeline.file, "--tables",
+                    "halted"], env=ENV, check=True, capture_output=True, timeout=120)
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "halted", mariadb, f"SELECT * FROM {database}.halted")
