@@ -27,6 +27,10 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # backticks inside doubled); anything else is a regular expression over db.table names.
 _NAME_PART = r"(`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
 _LITERAL_SOURCE = re.compile(rf"{_NAME_PART}\.{_NAME_PART}")
+# The shadow tables of online schema-change tools: gh-ost's _t_gho (the new table), _t_ghc (its
+# changelog) and _t_del (the old table after the swap), pt-online-schema-change's _t_new and
+# _t_old. A pattern source never matches them: their rows are copies, never the table's own.
+SHADOW_TABLE = re.compile(r"_+.+_(gho|ghc|del|new|old)", re.S)
 _IDENTIFIER_OR_EMPTY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)?")
 
 
@@ -159,7 +163,8 @@ class Table:
         literal = self._literal_key
         if literal is not None:
             return literal == (db.lower(), table.lower())
-        return re.fullmatch(self.source, f"{db}.{table}") is not None
+        return re.fullmatch(self.source, f"{db}.{table}") is not None and \
+            not SHADOW_TABLE.fullmatch(table)
 
     @functools.cached_property
     def _literal_key(self) -> tuple[str, str] | None:

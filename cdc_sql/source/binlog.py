@@ -24,6 +24,7 @@ from typing import Iterator
 import pyarrow as pa
 import pymysql
 
+from cdc_sql.config.model import SHADOW_TABLE
 from cdc_sql.errors import SourceError, is_transient
 from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import ddl, failover, mysql, rowdecode_c, versioning
@@ -348,7 +349,7 @@ class BinlogReader:
 
     def _query(self, event) -> str | None:  # noqa: C901 - one branch per statement kind
         query = ev.parse_query(event.body, event.type)
-        statement = query.statement.strip()
+        statement = ddl.without_comments(query.statement)  # what it does, comments aside
         kind = "dml" if event.type == ev.EXECUTE_LOAD_QUERY else ddl.statement_kind(statement)
         if kind in ("begin", "savepoint", "xa_end", "xa_prepare"):
             self.in_transaction = True
@@ -369,10 +370,52 @@ class BinlogReader:
         if kind == "dml":  # written as a statement: the rows it changed are not in the binlog
             self._statement_dml(query, statement)
             return self._commit(event) if self._standalone or not self.in_transaction else None
+        moves = ddl.renames(statement, query.schema or "")
+        if moves is not None:
+            return self._renamed(moves, query, event)
         change = ddl.partition_change(statement, query.schema or "")
         if change is not None:
             return self._partition(change, query, event)
         return self._statement_ddl(query, event, self._captured_in(query.schema, statement))
+
+    def _renamed(self, moves, query: ev.Query, event) -> str | None:
+        """RENAME TABLE. A captured name that another table takes (renamed in, or the swap of
+        an online schema-change tool: t TO _t_del, _t_gho TO t) holds rows capture never saw
+        under it: read again. A captured table renamed to a name its pipeline table also
+        matches (a pattern) is followed: its silver table is read again (its rows under the
+        old name go), the new name is snapshotted. Renamed to a name the pipeline does not
+        capture (nor a tool's shadow name): the run stops, saying what to do."""
+        captured = {(db.lower(), t.lower()): (db, t) for db, t in self.tables}
+        offset = Offset(self._seq(), self.event_position.pos, 0)
+        touched, again, new = set(), [], set()
+        for old, to in moves:
+            if old in captured:
+                table = captured[old]
+                touched.add(table)
+                dropped = self.drop.get(table)
+                followed = self._matches(*to)
+                if not followed and not SHADOW_TABLE.fullmatch(to[1]) and \
+                        (dropped is None or offset > dropped) and \
+                        self.policy.on_change(*table) != "stop":
+                    raise SourceError(
+                        f"{table[0]}.{table[1]} was renamed to {to[0]}.{to[1]} at binlog "
+                        f"{self.event_position}: the pipeline does not capture that name, and "
+                        f"silver keeps the rows it had. Name {to[0]}.{to[1]} in the pipeline (or "
+                        f"rename the table back), then re-snapshot it: cdc-sql resnapshot "
+                        f"PIPELINE --tables <name>")
+                if followed:
+                    again.append(table)
+            if to in captured:
+                touched.add(captured[to])
+                again.append(captured[to])
+            elif self._matches(*to):
+                new.add(to)
+        self._policies(query, touched)
+        if again:
+            self._bypass(sorted(set(again)), "RENAME TABLE gave the name another table's rows "
+                                             "(or the table another name the pipeline "
+                                             "captures)")
+        return self._statement_ddl(query, event, touched | new)
 
     def _statement_ddl(self, query: ev.Query, event, touched: set[tuple[str, str]],
                        op: str = "", stop: bool = True, where: list | None = None,
@@ -787,6 +830,7 @@ def _may_concern(info: str, db: str, name: str) -> bool:
     if info.startswith("use `"):
         close = info.find("`; ")
         schema, statement = info[5:close].replace("``", "`"), info[close + 3:]
+    statement = ddl.without_comments(statement)
     if ddl.statement_kind(statement) != "ddl":
         return False
     change = ddl.partition_change(statement, schema)

@@ -49,6 +49,8 @@ def touched_tables(statement: str, default_db: str) -> set[tuple[str, str]] | No
     tree = _parse(statement)
     if tree is None or isinstance(tree, exp.Command):
         return None
+    if isinstance(tree, exp.Create) and tree.this is not None:  # CREATE ... LIKE t reads t
+        tree = tree.this
     return {((t.db or default_db).lower(), t.name.lower()) for t in tree.find_all(exp.Table)}
 
 
@@ -78,6 +80,17 @@ _INSERT = re.compile(rf"(?:INSERT|REPLACE)\s+(?:(?:LOW_PRIORITY|DELAYED|HIGH_PRI
 _LOAD = re.compile(rf"LOAD\s+(?:DATA|XML)\b.*?\bINTO\s+TABLE\s+{_QUALIFIED}", re.I | re.S)
 _XA = re.compile(r"XA\s+(START|BEGIN|END|PREPARE|COMMIT|ROLLBACK)\b\s*(.*)", re.I | re.S)
 _DML = ("INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD")
+
+
+_COMMENT = re.compile(r"""('(?:[^'\\]|\\.|'')*'|`(?:[^`]|``)*`|"(?:[^"\\]|\\.)*")"""
+                      r"|/\*!\d*(.*?)\*/|/\*.*?\*/", re.S)
+
+
+def without_comments(statement: str) -> str:
+    """The statement with its comments (/* gh-ost */) blanked out, the SQL in executable ones
+    (/*!50001 ... */) kept, quoted strings and names untouched: what the patterns here read."""
+    return _COMMENT.sub(lambda m: m.group(1) if m.group(1) is not None else
+                        f" {m.group(2)} " if m.group(2) is not None else " ", statement).strip()
 
 
 def statement_kind(statement: str) -> str:
@@ -147,6 +160,36 @@ def _split_name(text: str, default_db: str) -> tuple[str, str]:
     names = [(q.replace("``", "`") or p) for q, p in parts]
     db, table = (names[0], names[1]) if len(names) > 1 else (default_db, names[0])
     return db.lower(), table.lower()
+
+
+# -- RENAME TABLE ------------------------------------------------------------------------------
+_RENAME = re.compile(r"RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.*)", re.I | re.S)
+_RENAME_PAIR = re.compile(rf"\s*{_QUALIFIED}\s+(?:WAIT\s+\d+\s+|NOWAIT\s+)?TO\s+{_QUALIFIED}\s*"
+                          rf"(?:,|$)", re.I)
+_ALTER_RENAME = re.compile(rf"ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?"
+                           rf"{_QUALIFIED}\s+RENAME\s+(?:TO\s+|AS\s+)?{_QUALIFIED}\s*$", re.I)
+
+
+def renames(statement: str, default_db: str) -> list[tuple[tuple[str, str], tuple[str, str]]] | None:
+    """The (from, to) table names a RENAME TABLE (or ALTER TABLE ... RENAME TO) moves, in the
+    order the server applies them (a swap: t TO t_old, t_new TO t); None for another
+    statement."""
+    text = statement.strip()
+    match = _ALTER_RENAME.match(text)
+    if match:
+        return [(_split_name(match.group(1), default_db), _split_name(match.group(2), default_db))]
+    match = _RENAME.match(text)
+    if not match:
+        return None
+    pairs, rest = [], match.group(1).strip()
+    while rest:
+        pair = _RENAME_PAIR.match(rest)
+        if not pair:
+            return None
+        pairs.append((_split_name(pair.group(1), default_db),
+                      _split_name(pair.group(2), default_db)))
+        rest = rest[pair.end():].strip()
+    return pairs or None
 
 
 # -- partition maintenance: rows change without row events -------------------------------------

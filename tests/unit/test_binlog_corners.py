@@ -178,3 +178,37 @@ def test_system_versioned_changes_keep_current_rows():
     assert out.column("id").to_pylist() == [0, 2, 3, 5]
     assert out.column("_cdc_op").to_pylist() == ["c", "u", "d", "d"]
     assert "row_end" not in out.schema.names
+
+
+@pytest.mark.parametrize("statement, moves", [
+    ("RENAME TABLE t TO _t_del, _t_gho TO t", [(("shop", "t"), ("shop", "_t_del")),
+                                              (("shop", "_t_gho"), ("shop", "t"))]),
+    ("RENAME /* gh-ost */ TABLE `d`.`t` TO `d`.`_t_old`, `d`.`_t_new` TO `d`.`t`",
+     [(("d", "t"), ("d", "_t_old")), (("d", "_t_new"), ("d", "t"))]),
+    ("ALTER TABLE t RENAME TO u", [(("shop", "t"), ("shop", "u"))]),
+    ("ALTER TABLE t RENAME COLUMN a TO b", None),
+    ("CREATE TABLE t (a INT)", None),
+])
+def test_renames(statement, moves):
+    assert ddl.renames(ddl.without_comments(statement), "shop") == moves
+
+
+def test_without_comments_keeps_strings_names_and_executable_comments():
+    assert ddl.without_comments("DROP /* gh-ost */ TABLE `a/*b*/` /*!50001 CASCADE */ -- x") == \
+        "DROP   TABLE `a/*b*/`   CASCADE   -- x"
+    assert ddl.without_comments("INSERT INTO t VALUES ('/* kept */')") == \
+        "INSERT INTO t VALUES ('/* kept */')"
+
+
+def test_shadow_tables_never_match_a_pattern():
+    from cdc_sql.config.model import Table
+
+    everything = Table(name="all", source=r"shop\..*")
+    for shadow in ("_orders_gho", "_orders_ghc", "_orders_del", "_orders_new", "__orders_old"):
+        assert not everything.matches("shop", shadow)
+    assert everything.matches("shop", "orders") and everything.matches("shop", "_private")
+    assert Table(name="one", source="shop._orders_new").matches("shop", "_orders_new")
+
+
+def test_create_like_touches_only_the_new_table():
+    assert ddl.touched_tables("CREATE TABLE _t_gho LIKE t", "shop") == {("shop", "_t_gho")}
