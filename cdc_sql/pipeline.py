@@ -44,7 +44,7 @@ from cdc_sql.source.splits import Split, group_splits, plan_splits, table_size
 from cdc_sql.source.watermarks import binary_log_status, gtid_position
 
 log = logging.getLogger("cdc_sql")
-BINLOG_ONLY_STARTUP = ("latest", "earliest", "timestamp", "offset")
+BINLOG_ONLY_STARTUP = ("latest", "earliest", "timestamp", "offset", "gtid")
 # Tasks that finish within this many seconds of each other share one state commit. Waiting
 # costs nothing: a crash loses only the record, and the work is done again (harmlessly).
 STATE_COMMIT_SECONDS = 1.0
@@ -306,15 +306,21 @@ class Runner:
         source = self.pipeline.source
         if checkpoint.capture is not None or source.startup not in BINLOG_ONLY_STARTUP:
             return
-        start = {
-            "latest": lambda: view.end,
-            "earliest": lambda: view.first_binlog,
-            "offset": lambda: startup.offset_position(source, source.startup_offset),
-            "timestamp": lambda: startup.timestamp_position(
-                source, startup.parse_timestamp(source.startup_timestamp)),
-        }[source.startup]()
-        self.state.write(CaptureEntry(position=str(start), gtid=self._gtid_at(view, start),
-                                      server=view.server),
+        gtid = None
+        if source.startup == "gtid":  # the server finds the place; the position there is given
+            found, gtid = startup.gtid_position(source, source.startup_gtid, view.mariadb)
+            start, gtid = (found, gtid) if found else (view.end, None)
+        else:
+            start = {
+                "latest": lambda: view.end,
+                "earliest": lambda: view.first_binlog,
+                "offset": lambda: startup.offset_position(source, source.startup_offset),
+                "timestamp": lambda: startup.timestamp_position(
+                    source, startup.parse_timestamp(source.startup_timestamp)),
+            }[source.startup]()
+        self.state.write(CaptureEntry(position=str(start), server=view.server,
+                                      gtid=gtid if gtid is not None else
+                                      self._gtid_at(view, start)),
                          *(TableEntry(table=spec.name, applied=start.offset.text,
                                       snapshot_merged=True) for spec in self.pipeline.tables))
         log.info("capture starts at %s (startup: %s)", start, source.startup)

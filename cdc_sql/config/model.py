@@ -20,7 +20,12 @@ from cdc_sql.config.projection import parse_projection
 from cdc_sql.errors import ConfigError
 
 SCHEMA_CHANGE_POLICIES = ("evolve", "resnapshot", "stop", "ignore_new_columns")
-STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "snapshot-only")
+STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "gtid", "snapshot-only")
+# MariaDB: domain-server-seq[,...]; MySQL: a GTID set, uuid:1-5[:7-9][,uuid2:...]
+_UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+GTID_POSITION = re.compile(
+    r"\d+-\d+-\d+(\s*,\s*\d+-\d+-\d+)*|"
+    rf"{_UUID}(:\d+(-\d+)?)+(\s*,\s*{_UUID}(:\d+(-\d+)?)+)*")
 ENGINE_MODES = ("sail", "remote", "local", "active")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A literal db.table: plain names, or either part in backticks (`odd-db`.`we"ird|name`,
@@ -83,6 +88,9 @@ class Source:
     startup_timestamp: str = _key("for startup: timestamp, a UTC time (2024-05-01 12:00:00) or "
                                   "epoch seconds", "")
     startup_offset: str = _key("for startup: offset, a binlog file:position", "")
+    startup_gtid: str = _key("for startup: gtid, where capture starts: after these "
+                             "transactions (MariaDB: domain-server-seq per domain, as "
+                             "@@gtid_binlog_pos; MySQL: a GTID set, as @@gtid_executed)", "")
     chunk_size: int = _key("rows per snapshot split; 0 (the default) sizes splits from the "
                            "table: about 64 MB of rows each, and enough for every reader", 0,
                            minimum=0)
@@ -277,13 +285,17 @@ def _check_target(pipeline: Pipeline, doc: Document) -> None:
 
 def _check_startup(pipeline: Pipeline, doc: Document) -> None:
     source = pipeline.source
-    needs = {"timestamp": "startup_timestamp", "offset": "startup_offset"}
+    needs = {"timestamp": "startup_timestamp", "offset": "startup_offset", "gtid": "startup_gtid"}
     for mode, key in needs.items():
         value = getattr(source, key)
         if source.startup == mode and not value:
             raise doc.error(f"startup: {mode} needs `{key}`", f"source.{key}")
         if value and source.startup != mode:
             raise doc.error(f"`{key}` is only for startup: {mode}", f"source.{key}")
+    if source.startup_gtid and not GTID_POSITION.fullmatch(source.startup_gtid.strip()):
+        raise doc.error(f"startup_gtid `{source.startup_gtid}` is neither a MariaDB GTID "
+                        f"position (0-1-100,1-1-7) nor a MySQL GTID set (uuid:1-100)",
+                        "source.startup_gtid")
     if source.startup_timestamp:
         # source/ only when a startup time is set: `validate --offline` needs no driver
         from cdc_sql.source.startup import parse_timestamp

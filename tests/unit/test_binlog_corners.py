@@ -212,3 +212,40 @@ def test_shadow_tables_never_match_a_pattern():
 
 def test_create_like_touches_only_the_new_table():
     assert ddl.touched_tables("CREATE TABLE _t_gho LIKE t", "shop") == {("shop", "_t_gho")}
+
+
+def _event(type_, log_pos, body=b"\0" * 20):
+    from cdc_sql.source.binlog_protocol import RawEvent
+
+    return RawEvent(type_, 0, 1, log_pos, 0, memoryview(body))
+
+
+def test_first_transaction_after_a_mysql_gtid_set():
+    """MySQL skips the transactions of the set, and starts in the file holding the first one
+    it lacks: the place is that transaction's GTID event's start (its end less its size)."""
+    from cdc_sql.source.startup import first_transaction
+
+    rotate = struct.pack("<Q", 4) + b"binlog.000007"
+    gtid_body = bytes(42)
+    events = [_event(ev.ROTATE, 0, rotate), _event(ev.FORMAT_DESCRIPTION, 126),
+              _event(ev.MYSQL_PREVIOUS_GTIDS, 197), _event(ev.MYSQL_GTID, 5000, gtid_body)]
+    assert str(first_transaction(events, checksum=True)) == \
+        f"binlog.000007:{5000 - 19 - 42 - 4}"
+    assert first_transaction(events[:3], checksum=True) is None  # none yet: the binlog's end
+
+
+def test_startup_gtid_is_checked_offline(tmp_path):
+    from cdc_sql.config.model import load_pipeline
+    from cdc_sql.errors import ConfigError
+
+    base = ("name: p\nsource:\n  host: h\n  user: u\n  startup: gtid\n{extra}target:\n  path: "
+            f"{tmp_path}/lake\ntables:\n  - name: t\n    source: d.t\n")
+    path = tmp_path / "p.yaml"
+    for extra, error in (("", "startup: gtid needs `startup_gtid`"),
+                         ("  startup_gtid: yesterday\n", "neither a MariaDB GTID position")):
+        path.write_text(base.format(extra=extra))
+        with pytest.raises(ConfigError, match=error):
+            load_pipeline(path, environ={})
+    for good in ("0-1-100,1-2-7", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7"):
+        path.write_text(base.format(extra=f"  startup_gtid: '{good}'\n"))
+        assert load_pipeline(path, environ={}).source.startup_gtid == good
