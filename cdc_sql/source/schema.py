@@ -68,6 +68,20 @@ class SourceTable:
     # contract); "" for a table without versioning.
     row_end: str = ""
     row_end_hidden: bool = False
+    # Where the key comes from: "" for the primary key, the name of the unique index on NOT
+    # NULL columns used where there is none, or "declared" (the pipeline's `primary_key:`).
+    key_index: str = ""
+
+    @property
+    def key_origin(self) -> str:
+        """The key and where it comes from, as validate, plan and init say it."""
+        columns = ", ".join(self.key)
+        if self.key_index == "declared":
+            return f"{columns} (declared primary_key: the table has no primary key)"
+        if self.key_index:
+            return (f"{columns} (the unique index `{self.key_index}` on NOT NULL columns: the "
+                    f"table has no primary key)")
+        return columns
 
     @property
     def qualified(self) -> str:
@@ -156,7 +170,10 @@ def read_table(cur, db: str, name: str, declared_key: list[str] | tuple[str, ...
         for n, dt, ct, p, s, f, length, _ in rows
     )
     nullable = {n for n, *_, is_null in rows if is_null == "YES"}
-    key = _key(cur, db, name, nullable) or tuple(declared_key)
+    found, index = _key(cur, db, name, nullable)
+    if index != "PRIMARY" and declared_key:  # what the pipeline says wins over an index
+        found, index = tuple(declared_key), "declared"
+    key = found
     if not key:
         raise SourceError(
             f"table {db}.{name} has no primary key and no unique NOT NULL key: declare the "
@@ -169,7 +186,8 @@ def read_table(cur, db: str, name: str, declared_key: list[str] | tuple[str, ...
     if row_end and not hidden:  # the server adds a declared row end to the primary key
         key = tuple(k for k in key if k != row_end) or key
     return SourceTable(db, name, columns, key, bool(nullable.intersection(key)),
-                       read_partitioning(cur, db, name), row_end, hidden)
+                       read_partitioning(cur, db, name), row_end, hidden,
+                       "" if index == "PRIMARY" else index)
 
 
 _ROW_END = re.compile(r"^\s*`((?:[^`]|``)+)`[^\n]*\bGENERATED ALWAYS AS ROW END\b", re.I | re.M)
@@ -192,8 +210,9 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _key(cur, db: str, name: str, nullable: set[str]) -> tuple[str, ...]:
-    """The PRIMARY key, else the first unique key whose columns are all NOT NULL."""
+def _key(cur, db: str, name: str, nullable: set[str]) -> tuple[tuple[str, ...], str]:
+    """The PRIMARY key, else the first unique key whose columns are all NOT NULL (by index
+    name), with the index's name; ((), "") when there is neither."""
     cur.execute(
         "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
         "AND TABLE_NAME = %s AND NON_UNIQUE = 0 ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, "
@@ -201,10 +220,10 @@ def _key(cur, db: str, name: str, nullable: set[str]) -> tuple[str, ...]:
     indexes: dict[str, list[str]] = {}
     for index, column in cur.fetchall():
         indexes.setdefault(index, []).append(column)
-    for columns in indexes.values():
+    for index, columns in indexes.items():
         if not nullable.intersection(columns):
-            return tuple(columns)
-    return ()
+            return tuple(columns), index
+    return (), ""
 
 
 def _int(value) -> int | None:
