@@ -59,3 +59,16 @@ def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, 
     expected = engine.spark.createDataFrame(source_rows(mariadb, source_sql), schema) \
         .orderBy(*keys)
     assert_df_equality(silver, expected, ignore_nullable=True)
+
+
+def resnapshot_and_run(engine, pipeline, name: str, mariadb, source_sql: str) -> None:
+    """`cdc-sql resnapshot` of one silver table, then a run: silver equals `source_sql`."""
+    import os
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "cdc_sql.cli", "resnapshot", pipeline.file, "--tables",
+                    name], env={**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}, check=True,
+                   capture_output=True, timeout=120)
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, name, mariadb, source_sql)

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 import pytest
 
 from cdc_sql.errors import SourceError
-from tests.integration.helpers import assert_silver_equals, checkpoint, history_path, run
+from tests.integration.helpers import (assert_silver_equals, checkpoint, history_path,
+                                       resnapshot_and_run, run)
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -316,7 +317,4 @@ def test_on_schema_change_policies(mariadb, database, engine, make_pipeline):
                                           r"that may change it \(ALTER TABLE \.\.\.\)\. Its "
                                           r"pipeline table has on_schema_change: stop"):
         run(pipeline, engine)
-    subprocess.run([sys.executable, "-m", "cdc_sql.cli", "resnapshot", pipeline.file, "--tables",
-                    "halted"], env=ENV, check=True, capture_output=True, timeout=120)
-    run(pipeline, engine)
-    assert_silver_equals(engine, pipeline, "halted", mariadb, f"SELECT * FROM {database}.halted")
+    resnapshot_and_run(engine, pipeline, "halted", mariadb, f"SELECT * FROM {database}.halted")
