@@ -10,6 +10,11 @@ yields at every transaction boundary, and in the middle of a transaction once it
 Offsets: a row change's offset is (binlog file sequence, end position of its rows event, row
 index in the event); a DDL statement's, (file sequence, end position of its query event, 0).
 `position` is the last transaction boundary read, where a new reader may start.
+
+Changes that reach rows without row events (partition maintenance, DML written as a statement,
+RENAME TABLE onto a captured name) are applied from the statement where it says exactly which
+rows, or the table is asked to be read again (`bypassed`); a prepared XA transaction is held
+until its XA COMMIT and lands there (docs/architecture.md, "Rows changed without row events").
 """
 from __future__ import annotations
 
@@ -358,9 +363,9 @@ class BinlogReader:
             self.in_transaction = True
             self._xa = Held(self._txn_start, self._gtid)
             return None
-        if kind == "xa_commit":
-            self._xa_commit(self.held.pop(ddl.xa_id(statement), None), ddl.xa_id(statement),
-                            event)
+        if kind == "xa_commit":  # of a prepared one, or of this one (ONE PHASE)
+            xid = ddl.xa_id(statement)
+            self._xa_commit(self.held.pop(xid, None) or self._xa, xid, event)
             return self._commit(event)
         if kind == "xa_rollback":
             self.held.pop(ddl.xa_id(statement), None)
