@@ -476,10 +476,6 @@ class Runner:
         if self.captured_from is None:
             self.captured_from = start.offset.text
         if self.engine_wanted:
-            # Capture's writer thread imports pyspark's Arrow types where bronze widens a
-            # column; imported here first, it cannot meet the engine's starting thread half
-            # way through the same import ("partially initialized module").
-            import pyspark.sql.pandas.types  # noqa: F401
             self.lake.engine.prepare()  # while the binlog is read
         capture = Capture(self.lake, self.state, self.pipeline.source, view.source_tables,
                           view.mariadb, lambda db, table: any(

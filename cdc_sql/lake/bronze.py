@@ -124,11 +124,21 @@ def append_changes(lake, table: SourceTable, batches: list[pa.RecordBatch]) -> N
         widened = {f.name: f.type for f in target if f.name in current.names and
                    current.field(f.name).type != f.type}
         if widened:
+            _engine_started(lake)
             from pyspark.sql.pandas.types import from_arrow_type
 
             lake.tables.reshape(path, {n: from_arrow_type(t) for n, t in widened.items()}, [])
     lake.tables.append_arrow(path, [_conform(b, target) for b in batches], target,
                              schema_mode="merge")  # a list: through the table open already
+
+
+def _engine_started(lake) -> None:
+    """Waits for an engine that is starting on its own thread (importing pyspark) before this
+    thread imports pyspark too: two threads importing it at once can meet a half-imported
+    module ("partially initialized module ... circular import")."""
+    engine = getattr(lake, "engine", None)
+    if engine is not None and getattr(engine, "session", None) is not None:
+        engine.spark  # noqa: B018 - the wait
 
 
 def append_statements(lake, statements: list[dict]) -> None:
