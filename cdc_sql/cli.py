@@ -209,7 +209,9 @@ def _validate(args) -> int:
         print(f"warning: {one_line(redacted(warning))}", file=sys.stderr)
     for plan in plans:
         names = ", ".join(t.qualified for t in plan.sources)
-        print(f"  {plan.spec.name}: {names} (key: {', '.join(plan.row_key)})")
+        chosen = plan.sources[0].key_origin if plan.sources[0].key_index else \
+            ", ".join(plan.row_key)
+        print(f"  {plan.spec.name}: {names} (key: {chosen})")
     databases = sorted({t.db for t in view.source_tables})
     print(redacted(f"grants {source.user} needs (and no more):"))
     for grant, why in preflight.needed_grants(source.user, view.mariadb, source.startup,
@@ -241,7 +243,7 @@ def _plan(args) -> int:
                 splits = plan_splits(cur, table, pipeline.source.chunk_size,
                                      pipeline.source.parallelism)
                 print(f"-- {table.qualified}: {len(splits)} snapshot splits on "
-                      f"({', '.join(table.key)})")
+                      f"({table.key_origin})")
                 for split in splits:
                     print(f"   split {split.split_id}: [{split.lower}, {split.upper})")
             for fk in plan.cascades:

@@ -12,6 +12,7 @@ to print the steps, and need no Spark.
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -133,14 +134,26 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
     return SilverPlan(spec, tuple(sources), projection, key_texts)
 
 
-def silver_plans(pipeline, view) -> list[SilverPlan]:
+def silver_plans(pipeline, view, kept: dict[str, set[str]] | None = None) -> list[SilverPlan]:
     """Every table of the pipeline planned over the source tables `view` found for it, with
-    the foreign-key cascades it applies."""
+    the foreign-key cascades it applies. `kept`: per silver table with `on_schema_change:
+    ignore_new_columns` that exists, its columns: source columns added since stay out."""
     plans = [plan_silver(spec, tables, pipeline.file, i)
              for i, (spec, tables) in enumerate(zip(pipeline.tables, view.tables))]
+    plans = [without_new_columns(plan, (kept or {}).get(plan.spec.name)) for plan in plans]
     applied, _ = _cascades(plans, view)
     return [replace(plan, cascades=applied.get(plan.sources[0].qualified, ())) if plan.as_is
             else plan for plan in plans]
+
+
+def without_new_columns(plan: SilverPlan, columns: set[str] | None) -> SilverPlan:
+    """The plan without the output columns silver does not have (`columns`: silver's, None
+    when it does not exist yet), for `on_schema_change: ignore_new_columns`."""
+    if columns is None or plan.spec.on_schema_change != "ignore_new_columns":
+        return plan
+    chosen = tuple(c for c in plan.projection.columns
+                   if c[1] in columns or c[1] in plan.projection.key)
+    return replace(plan, projection=replace(plan.projection, columns=chosen))
 
 
 def cascade_warnings(plans: list[SilverPlan], view) -> list[str]:
@@ -199,6 +212,14 @@ def cascade_parents(plans: list[SilverPlan]) -> dict[str, list[str]]:
     """Silver table -> the db.table names whose cascades it applies."""
     return {plan.spec.name: sorted({fk.parent for fk in plan.cascades}) for plan in plans
             if plan.cascades}
+
+
+def carries(plans: list[SilverPlan], source: str, column: str) -> bool:
+    """Every silver table reading `source` (db.table) holds its `column` as it is, so rows can
+    be removed from silver by that column's values (a partition's rows: apply_truncates)."""
+    readers = [p for p in plans if any(s.qualified == source for s in p.sources)]
+    return bool(readers) and all((quote(column), column) in p.projection.columns
+                                 for p in readers)
 
 
 def _shard_difference(first: SourceTable, other: SourceTable) -> str:
@@ -291,7 +312,7 @@ class Facts:
         return renamed_columns(self.statements.get(source, ()))
 
 
-STATEMENT_OPS = ("ddl", "truncate", "no_fk_checks")
+STATEMENT_OPS = ("ddl", "truncate", "delete", "no_fk_checks")
 
 
 def read_statements(lake) -> list[tuple]:
@@ -791,23 +812,31 @@ def create(lake, path: str, rows) -> None:
 
 def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
     """Rows a TRUNCATE in the window removed leave silver (the MERGE kept later changes), and
-    their history versions end there."""
+    their history versions end there; so do the rows of partitions a TRUNCATE or DROP
+    PARTITION removed (op `delete`: the statement and the conditions on the partitioning
+    column that say which rows, source/partitions.py), where silver's row at that offset was
+    still the one the partition held."""
     for source in plan.sources:
-        truncates = [(offset, ts) for op, offset, ts, _ in facts.statements.get(source.qualified, ())
-                     if op == "truncate"]
-        if not truncates:
-            continue
-        truncated_at, truncated_ts = truncates[-1]
-        Offset.parse(truncated_at)  # ours, as written by capture
+        found = facts.statements.get(source.qualified, ())
+        truncates = [(offset, ts) for op, offset, ts, _ in found if op == "truncate"]
+        removals = [(offset, ts, where) for op, offset, ts, statement in found
+                    if op == "delete" and not (truncates and offset < truncates[-1][0])
+                    for where in json.loads(statement)["where"]]
+        if truncates:
+            removals.insert(0, (*truncates[-1], []))
         shard = [("_cdc_source_table", "=", source.qualified)] if plan.sharded else []
-        lake.tables.delete_rows(lake.silver_path(plan.spec.name),
-                                [("_cdc_offset", "<", truncated_at), *shard])
-        if plan.spec.history:
-            lake.tables.update_rows(
-                lake.history_path(plan.spec.name),
-                {"_cdc_valid_to": truncated_at, "_cdc_current": False,
-                 "_cdc_valid_to_ts": truncated_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
-                [("_cdc_current", "=", True), ("_cdc_valid_from", "<", truncated_at), *shard])
+        for removed_at, removed_ts, where in removals:
+            Offset.parse(removed_at)  # ours, as written by capture
+            conditions = [(column, op, value) for column, op, value in where]
+            lake.tables.delete_rows(lake.silver_path(plan.spec.name),
+                                    [("_cdc_offset", "<", removed_at), *conditions, *shard])
+            if plan.spec.history:
+                lake.tables.update_rows(
+                    lake.history_path(plan.spec.name),
+                    {"_cdc_valid_to": removed_at, "_cdc_current": False,
+                     "_cdc_valid_to_ts": removed_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
+                    [("_cdc_current", "=", True), ("_cdc_valid_from", "<", removed_at),
+                     *conditions, *shard])
 
 
 def evolve(lake, path: str, plan: SilverPlan, changes_schema,

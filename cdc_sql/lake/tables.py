@@ -136,7 +136,7 @@ def predicate(where: list[tuple[str, str, object]], quote_name) -> str:
     """Conditions on columns (column, operator, value), values as SQL literals rendered here
     and only here (the same in Spark SQL and DataFusion): Sail 0.7 takes no parameters in a
     DELETE or UPDATE, and delta-rs has none at all."""
-    assert all(op in ("<", "=", "<=", ">", "IS", "IN") for _, op, _ in where)
+    assert all(op in ("<", "=", "<=", ">", ">=", "IS", "IN") for _, op, _ in where)
     return " AND ".join(
         f"{quote_name(c)} IN ({', '.join(literal(x) for x in v)})" if op == "IN" else
         f"{quote_name(c)} {op} {literal(v)}" for c, op, v in where) or "TRUE"

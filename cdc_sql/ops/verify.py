@@ -25,7 +25,7 @@ from cdc_sql.ops.checksum import (FLOAT32_EPSILON, Buckets, Output, mysql_float,
 from cdc_sql.config.model import Pipeline, Table
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import SilverPlan, plan_silver
+from cdc_sql.lake.silver import SilverPlan, plan_silver, without_new_columns
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable, read_tables
 from cdc_sql.source.values import normalize
@@ -214,9 +214,13 @@ def _first_difference(a: tuple, b: tuple, names, float_types):
 
 def compare_table(engine, pipeline: Pipeline, table: Table) -> str:
     """'' when silver equals the source after projection; else a short description."""
+    lake = Lake.open(engine, pipeline.root)
+    path = lake.silver_path(table.name)
     with _source(pipeline) as cur:
         sources = read_tables(cur, [table])[0]
-        plan = plan_silver(table, sources, pipeline.file, pipeline.tables.index(table))
+        plan = without_new_columns(
+            plan_silver(table, sources, pipeline.file, pipeline.tables.index(table)),
+            set(lake.tables.schema(path).names) if lake.tables.exists(path) else None)
         expected = []
         for source in sources:
             sql, columns = _source_query(table, source, [n for _, n in plan.projection.columns])
@@ -226,8 +230,7 @@ def compare_table(engine, pipeline: Pipeline, table: Table) -> str:
                 expected.append(values + ([source.qualified] if plan.sharded else []))
     names = [name for _, name in plan.projection.columns] + (
         ["_cdc_source_table"] if plan.sharded else [])
-    lake = Lake.open(engine, pipeline.root)
-    silver = engine.read(lake.silver_path(table.name)).select(*names)
+    silver = engine.read(path).select(*names)
     float_columns = {f.name for f in silver.schema.fields if f.dataType.typeName() == "float"}
     silver_rows = [[row[n] for n in names] for row in silver.toArrow().to_pylist()]
     return _diff(names, expected, silver_rows, float_columns, plan.row_key)
