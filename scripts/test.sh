@@ -16,33 +16,44 @@ I=tests/integration
 section() { echo "== $1"; SECONDS=0; }
 took() { echo "== ($SECONDS s)"; }
 
+# Each engine and store again on the tests where it takes part: every merge path, kills, the
+# binlog's corner cases, the types. Chosen by name; the whole suite ran on the default above.
 section "the distributed subset on SAIL_MODE=local-cluster"
 SAIL_MODE=local-cluster .venv/bin/python -m pytest -q \
-  $I/test_spark_snapshot.py $I/test_end_to_end.py $I/test_capture.py $I/test_history.py \
-  $I/test_verify.py $I/test_resnapshot.py
+  $I/test_spark_snapshot.py $I/test_end_to_end.py $I/test_history.py $I/test_verify.py \
+  -k "not (string_keys or shards_are or read_only_with)"
 took
 
-# On the JVM, the tests where the engine takes part: not following the binlog, the snapshot's
-# own kills, the source's grants and time limits, whose code never meets the engine.
-JVM="not (follow or idle or source_gone or mid_snapshot or written_during_the_snapshot or \
-purged or user_with_only or nested_cascades or read_only_with or a_writer_with or \
-new_shard or string_keys or shards_are)"
+# On the JVM: one pytest run, one JVM (the kill tests start a `cdc-sql run` with its own).
 section "JVM Spark 4.1 with Delta Lake 4.4 (engine local)"
-CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q -k "$JVM" \
-  $I/test_end_to_end.py $I/test_capture.py $I/test_history.py $I/test_cascades.py \
-  $I/test_schema_changes.py $I/test_resnapshot.py $I/test_verify.py $I/test_crash.py \
-  $I/test_engine.py $I/test_mixed_writers.py $I/test_spark_session.py $I/test_differential.py
+CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q \
+  $I/test_end_to_end.py $I/test_engine.py $I/test_mixed_writers.py $I/test_spark_session.py \
+  $I/test_differential.py \
+  $I/test_types.py $I/test_floats.py::test_silver_holds_every_bit_on_every_path \
+  $I/test_cascades.py::test_cascades_reach_child_silver_and_history \
+  $I/test_cascades.py::test_a_kill_after_the_merge_replays_the_same_cascades \
+  $I/test_schema_changes.py::test_add_drop_rename_modify_truncate_between_writes \
+  $I/test_resnapshot.py::test_an_incompatible_modify_is_mended_by_a_resnapshot \
+  $I/test_verify.py::test_every_type_family_checksums_equal_and_one_changed_value_is_named \
+  $I/test_crash.py::test_a_kill_after_an_in_process_merge_replays_the_window \
+  $I/test_binlog_corners.py::test_truncate_partition_is_applied_exactly \
+  $I/test_binlog_corners.py::test_xa_transactions_reach_silver_at_their_commit_only \
+  $I/test_online_schema_change.py::test_gh_ost \
+  -k "not (startup_latest or binlog_rotation or snapshot_only_reads)"
 took
 
 section "silver on JVM Spark with every window through MERGE INTO (engine.sql_only)"
-CDC_SQL_TEST_ENGINE=local CDC_SQL_TEST_SQL_ONLY=1 .venv/bin/python -m pytest -q -k "$JVM" \
-  $I/test_end_to_end.py $I/test_schema_changes.py
+CDC_SQL_TEST_ENGINE=local CDC_SQL_TEST_SQL_ONLY=1 .venv/bin/python -m pytest -q \
+  $I/test_end_to_end.py::test_snapshot_then_changes_match_the_source \
+  $I/test_end_to_end.py::test_projection_where_moves_rows_in_and_out \
+  $I/test_schema_changes.py::test_add_drop_rename_modify_truncate_between_writes \
+  $I/test_cascades.py::test_cascades_reach_child_silver_and_history
 took
 
 section "a Spark standalone cluster (a master, two workers) behind Spark Connect (engine remote)"
 CDC_SQL_TEST_ENGINE=cluster .venv/bin/python -m pytest -q \
-  -k "snapshot_then or random_points or reads_merges or deletion or catalog" \
-  $I/test_end_to_end.py $I/test_crash.py $I/test_mixed_writers.py $I/test_spark_session.py
+  -k "snapshot_then or reads_merges or catalog" \
+  $I/test_end_to_end.py $I/test_mixed_writers.py $I/test_spark_session.py
 took
 
 section "pyspark 4.0 with Delta 4.0.1 (engine local), cdc-sql installed from its wheel"
@@ -52,19 +63,22 @@ CDC_SQL_TEST_ENGINE=local CDC_SQL_TEST_WHEEL_VENV=.venv-spark-4.0 \
 took
 
 section "the pipeline tests with an s3:// target (moto's S3 server on loopback)"
-# Left to the local pass: source-side behaviours and the longest random-writer runs, to
-# which the store adds nothing the other kill tests here do not cover (3.5 of 11 minutes).
-local_only="larger_than_a_batch_lands or nested_cascades_during or source_gone_mid_follow"
-local_only="$local_only or outlives_a_source_restart or tail_of_the_source_trail_through_kills"
 CDC_SQL_TEST_STORE=s3 .venv/bin/python -m pytest -q \
-  $I/test_end_to_end.py $I/test_capture.py \
-  $I/test_history.py $I/test_cascades.py \
-  $I/test_resnapshot.py $I/test_verify.py \
-  $I/test_operate.py $I/test_crash.py \
-  -k "not ($local_only)"
+  $I/test_end_to_end.py $I/test_object_stores.py $I/test_operate.py \
+  $I/test_capture.py::test_sigkill_during_capture_keeps_every_event_exactly_once \
+  $I/test_cascades.py::test_cascades_reach_child_silver_and_history \
+  $I/test_cascades.py::test_a_kill_after_the_merge_replays_the_same_cascades \
+  $I/test_resnapshot.py::test_a_run_following_the_binlog_carries_out_a_request \
+  $I/test_verify.py::test_every_type_family_checksums_equal_and_one_changed_value_is_named \
+  $I/test_crash.py::test_sigkill_at_random_points_then_equal \
+  $I/test_crash.py::test_a_kill_after_an_in_process_merge_replays_the_window \
+  $I/test_crash.py::test_a_kill_after_silver_is_created_in_process_then_equal \
+  -k "not (startup_latest or binlog_rotation)"
 took
 
 section "a subset with an abfss:// target (Azurite on loopback)"
 CDC_SQL_TEST_STORE=azure .venv/bin/python -m pytest -q \
-  $I/test_end_to_end.py $I/test_verify.py
+  $I/test_end_to_end.py::test_snapshot_then_changes_match_the_source \
+  $I/test_end_to_end.py::test_second_run_reads_only_new_changes \
+  $I/test_verify.py::test_every_type_family_checksums_equal_and_one_changed_value_is_named
 took

@@ -444,7 +444,9 @@ class BinlogReader:
         """A DDL that may change these captured tables, by their pipeline tables'
         `on_schema_change`: `stop` stops the run here; `resnapshot` reads the table again if
         its definition now is one silver cannot evolve to (another key, a type that is no
-        widening); the others go on (the pass ends, and the next reads the definitions)."""
+        widening); the others go on (the pass ends, and the next reads the definitions). An
+        ALTER TABLE that changes values without row events (ddl.value_rewrites: a column added
+        with a DEFAULT, say) reads the table again, as rows changed so do."""
         offset = Offset(self._seq(), self.event_position.pos, 0)
         for db, table in sorted(tables):
             dropped = self.drop.get((db, table))
@@ -455,11 +457,19 @@ class BinlogReader:
                 verb = " ".join(query.statement.split(None, 2)[:2]).upper()
                 raise SourceError(f"{db}.{table} at binlog {self.event_position}: a DDL statement "
                                   f"that may change it ({verb} ...). {STOPPED}")
-            if policy == "resnapshot":
-                why = self._incompatible(self.tables[db, table])
-                if why:
-                    self._bypass([(db, table)], f"a DDL statement: {why}, which silver cannot "
-                                                f"evolve to (on_schema_change: resnapshot)")
+            why = self._incompatible(self.tables[db, table]) if policy == "resnapshot" else ""
+            if why:
+                self._bypass([(db, table)], f"a DDL statement: {why}, which silver cannot "
+                                            f"evolve to (on_schema_change: resnapshot)")
+                continue
+            rewrites = [r.why for r in ddl.value_rewrites(
+                            ddl.without_comments(query.statement),
+                            {c.name.lower(): c for c in self.tables[db, table].columns},
+                            query.strict)
+                        if not (r.added and policy == "ignore_new_columns")]
+            if rewrites:
+                self._bypass([(db, table)], f"an ALTER TABLE changes values without row "
+                                            f"events: {'; '.join(rewrites)}")
 
     def _incompatible(self, table: SourceTable) -> str:
         """Why the table as now defined cannot be followed by evolving ("" if it can, or if

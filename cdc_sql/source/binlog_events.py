@@ -237,6 +237,13 @@ class Query:
     schema: str
     statement: str
     error_code: int = 0
+    sql_mode: int | None = None  # the session's, when the event says (status variable 1)
+
+    @property
+    def strict(self) -> bool:
+        """Written under a strict sql_mode: an ALTER TABLE that would change a value in
+        converting it failed instead (so it is not in the binlog)."""
+        return self.sql_mode is not None and bool(self.sql_mode & STRICT_MODES)
 
 
 def parse_query(body: memoryview, type_: int = QUERY) -> Query:
@@ -248,10 +255,28 @@ def parse_query(body: memoryview, type_: int = QUERY) -> Query:
     error_code, status_len = struct.unpack_from("<HH", data, 9)
     pos = 13 + (13 if type_ == EXECUTE_LOAD_QUERY else 0) + status_len
     schema = data[pos:pos + db_len].decode("utf-8", "replace")
+    sql_mode = _sql_mode(data[pos - status_len:pos])
     text = data[pos + db_len + 1:]
     if type_ == MARIADB_COMPRESSED_QUERY:
         text = uncompress(text)
-    return Query(schema, text.decode("utf-8", "replace"), error_code)
+    return Query(schema, text.decode("utf-8", "replace"), error_code, sql_mode)
+
+
+STRICT_MODES = (1 << 21) | (1 << 22)  # sql_mode's STRICT_TRANS_TABLES, STRICT_ALL_TABLES
+
+
+def _sql_mode(status: bytes) -> int | None:
+    """The sql_mode among a query event's status variables: both servers write the flags
+    (code 0, 4 bytes) and then the sql_mode (code 1, 8 bytes) first; None if it is not there."""
+    p = 0
+    while p < len(status):
+        if status[p] == 0:
+            p += 5
+        elif status[p] == 1 and p + 9 <= len(status):
+            return int.from_bytes(status[p + 1:p + 9], "little")
+        else:
+            return None
+    return None
 
 
 def uncompress(data: bytes) -> bytes:

@@ -264,3 +264,85 @@ def partition_change(statement: str, default_db: str) -> PartitionChange | None:
     return PartitionChange(table, action, partitions,
                            _split_name(other.group(1), default_db) if other else None)
 
+
+
+# -- ALTER TABLE that changes stored values without row events ---------------------------------
+_ALTER_IGNORE = re.compile(r"ALTER\s+(?:ONLINE\s+)?IGNORE\s+TABLE\b", re.I)
+_ALTER_TABLE = re.compile(r"ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\b", re.I)
+_UNREAD_FILLS = re.compile(r"\b(DEFAULT|NOT\s+NULL|AUTO_INCREMENT|SERIAL|GENERATED|AS\s*\(|"
+                           r"MODIFY|CHANGE|CONVERT)\b", re.I)
+_TEMPORAL = ("datetime", "timestamp", "time")
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Values an ALTER TABLE changes without row events, and why; `added`: those of a column it
+    adds (a table whose new columns stay out of silver need not care)."""
+
+    why: str
+    added: bool = False
+
+
+def value_rewrites(statement: str, before: dict, strict: bool) -> list[Rewrite]:
+    """Why an ALTER TABLE changes values the table holds without writing row events ([] if it
+    does not): a column added with a value for the rows already there (a DEFAULT, NOT NULL's
+    implicit default, AUTO_INCREMENT, a generated column), a column converted under a sql_mode
+    that is not strict (values that do not fit are cut instead of the statement failing), or
+    to fewer fractional seconds or to CHAR (rounded, trailing spaces gone, strict or not), ALTER
+    IGNORE (rows of duplicate keys deleted). `before`: the table's columns (lower-case name ->
+    schema.Column) before the statement. A statement sqlglot cannot read counts when it holds a
+    word that could do any of these."""
+    text = statement.strip()
+    if not _ALTER_TABLE.match(text):
+        return []
+    if _ALTER_IGNORE.match(text):
+        return [Rewrite("ALTER IGNORE TABLE deletes the rows of duplicate keys")]
+    tree = _parse(text)
+    if not isinstance(tree, exp.Alter):
+        found = _UNREAD_FILLS.search(text)
+        return [Rewrite(f"an ALTER TABLE with {found.group(1).upper()} that sqlglot cannot "
+                        f"read")] if found else []
+    reasons = []
+    for action in tree.args.get("actions") or []:
+        if isinstance(action, exp.ColumnDef):
+            why = _added_value(action)
+            if why:
+                reasons.append(Rewrite(f"column `{action.name}` added with {why} for the rows "
+                                       f"already there", added=True))
+        elif isinstance(action, exp.ModifyColumn):
+            old = (action.args.get("rename_from") or action.this).name
+            why = _converted(action.this, before.get(old.lower()), strict)
+            if why:
+                reasons.append(Rewrite(f"column `{old}` converted {why}"))
+    return reasons
+
+
+def _added_value(column: exp.ColumnDef) -> str:
+    kinds = [c.args.get("kind") for c in column.args.get("constraints") or []]
+    for kind in kinds:
+        if isinstance(kind, exp.DefaultColumnConstraint) and not isinstance(kind.this, exp.Null):
+            return "a DEFAULT"
+        if isinstance(kind, exp.AutoIncrementColumnConstraint):
+            return "AUTO_INCREMENT values"
+        if isinstance(kind, exp.ComputedColumnConstraint):
+            return "generated values"
+    if any(isinstance(k, exp.NotNullColumnConstraint) and not k.args.get("allow_null")
+           for k in kinds):
+        return "NOT NULL's implicit default"
+    return ""
+
+
+def _converted(column: exp.ColumnDef, old, strict: bool) -> str:
+    """Why converting a column to this definition may change a value it holds ("" if not)."""
+    if not strict:
+        return "under a sql_mode without STRICT_TRANS_TABLES (values that do not fit are cut)"
+    kind = column.args.get("kind")
+    new_type = kind.this.name.lower() if isinstance(kind, exp.DataType) else ""
+    if new_type == "char" and (old is None or old.data_type != "char"):
+        return "to CHAR (trailing spaces are removed)"
+    if new_type in _TEMPORAL:
+        params = kind.expressions
+        fsp = int(params[0].name) if params and params[0].name.isdigit() else 0
+        if old is None or old.data_type not in _TEMPORAL or fsp < (old.fsp or 0):
+            return f"to {new_type.upper()}({fsp}) (fractional seconds rounded)"
+    return ""

@@ -318,3 +318,37 @@ def test_on_schema_change_policies(mariadb, database, engine, make_pipeline):
                                           r"pipeline table has on_schema_change: stop"):
         run(pipeline, engine)
     resnapshot_and_run(engine, pipeline, "halted", mariadb, f"SELECT * FROM {database}.halted")
+
+
+def test_an_alter_that_fills_or_converts_values_reads_the_table_again(mariadb, database, engine,
+                                                                      make_pipeline):
+    """MariaDB fills a column added with a DEFAULT (or NOT NULL's implicit one) into every row
+    there, and converts values a MODIFY under a sql_mode without STRICT cuts, all without row
+    events: those tables are read again by themselves. A column added without a value and a
+    MODIFY under the strict default evolve silver, as before."""
+    for name in ("filled", "plain", "loose"):
+        items(mariadb, database, name=name, rows=300)
+    pipeline = make_pipeline("".join(f"""
+        - name: {name}
+          source: {database}.{name}
+          history: true""" for name in ("filled", "plain", "loose")))
+    run(pipeline, engine)
+    with writing(mariadb, database, "filled"):
+        mariadb.execute("ALTER TABLE filled ADD COLUMN flag INT NOT NULL DEFAULT 7, "
+                        "ADD COLUMN code CHAR(2) NOT NULL",
+                        "UPDATE filled SET flag = 8 WHERE id = 3",
+                        "ALTER TABLE plain ADD COLUMN note VARCHAR(10) NULL",
+                        "ALTER TABLE plain MODIFY v VARCHAR(60)",
+                        "UPDATE plain SET note = 'x' WHERE id = 4", db=database)
+        with mariadb.connect(database) as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = ''")
+            cur.execute("ALTER TABLE loose MODIFY v VARCHAR(3)")  # values cut to 3 characters
+        run(pipeline, engine)
+    run(pipeline, engine)
+    asked = requested(engine, pipeline)
+    assert set(asked) == {f"{database}.filled", f"{database}.loose"}
+    assert "column `flag` added with a DEFAULT" in asked[f"{database}.filled"]
+    assert "column `code` added with NOT NULL's implicit default" in asked[f"{database}.filled"]
+    assert "without STRICT_TRANS_TABLES" in asked[f"{database}.loose"]
+    for name in ("filled", "plain", "loose"):
+        assert_silver_equals(engine, pipeline, name, mariadb, f"SELECT * FROM {database}.{name}")

@@ -137,6 +137,19 @@ def test_compressed_query_event():
         zlib.compress(statement)
     query = ev.parse_query(memoryview(body), ev.MARIADB_COMPRESSED_QUERY)
     assert (query.schema, query.statement) == ("d", statement.decode())
+    assert query.sql_mode is None and not query.strict  # no status variables: not known
+
+
+@pytest.mark.parametrize("mode, strict", [(0, False), (1 << 21, True), (1 << 22, True),
+                                          ((1 << 21) - 1, False)])
+def test_a_query_event_gives_its_sql_mode(mode, strict):
+    """The flags (code 0) then the sql_mode (code 1) lead the status variables."""
+    status = bytes([0]) + struct.pack("<I", 0) + bytes([1]) + struct.pack("<Q", mode) + \
+        bytes([4]) + struct.pack("<HHH", 33, 33, 8)
+    body = struct.pack("<IIBHH", 1, 0, 1, 0, len(status)) + status + b"d\0ALTER TABLE t"
+    query = ev.parse_query(memoryview(body))
+    assert (query.schema, query.statement, query.sql_mode, query.strict) == \
+        ("d", "ALTER TABLE t", mode, strict)
 
 
 def _changes(offsets, ops=None, ends=None):

@@ -3,7 +3,8 @@ import pytest
 from pyspark.sql import types as T
 
 from cdc_sql.lake.silver import widens
-from cdc_sql.source.ddl import is_truncate, renamed_columns, touched_tables
+from cdc_sql.source.ddl import is_truncate, renamed_columns, touched_tables, value_rewrites
+from cdc_sql.source.schema import Column
 
 
 @pytest.mark.parametrize("statement, tables", [
@@ -84,3 +85,41 @@ def test_sqlglot_does_not_log_what_it_cannot_read(caplog):
     with caplog.at_level("DEBUG"):
         assert touched_tables("RENAME TABLE t TO `hunter2`", "shop") is None
     assert "hunter2" not in caplog.text
+
+
+_BEFORE = {"v": Column("v", "varchar", "varchar(10)", None, None, None, 10),
+           "at": Column("at", "datetime", "datetime(6)", None, None, 6, None),
+           "c": Column("c", "char", "char(4)", None, None, None, 4)}
+
+
+@pytest.mark.parametrize("statement, strict, expected", [
+    ("ALTER TABLE t ADD COLUMN f INT DEFAULT 5", True, ["column `f` added with a DEFAULT"]),
+    ("ALTER TABLE t ADD f INT NOT NULL", True, ["column `f` added with NOT NULL's implicit"]),
+    ("ALTER TABLE t ADD f BIGINT AUTO_INCREMENT UNIQUE", True, ["AUTO_INCREMENT values"]),
+    ("ALTER TABLE t ADD g INT AS (id * 2) VIRTUAL", True, ["generated values"]),
+    ("ALTER TABLE t ADD COLUMN (a INT DEFAULT 1, b INT)", True, ["DEFAULT that sqlglot"]),
+    ("ALTER IGNORE TABLE t ADD UNIQUE (v)", True, ["rows of duplicate keys"]),
+    ("ALTER TABLE t MODIFY v VARCHAR(5)", False, ["without STRICT_TRANS_TABLES"]),
+    ("ALTER TABLE t MODIFY v CHAR(10)", True, ["to CHAR"]),
+    ("ALTER TABLE t CHANGE at at2 DATETIME(3)", True, ["column `at` converted to DATETIME(3)"]),
+    ("ALTER TABLE t MODIFY at DATETIME", True, ["DATETIME(0)"]),
+    # no value changes without row events:
+    ("ALTER TABLE t ADD f INT DEFAULT NULL", True, []),
+    ("ALTER TABLE t ADD f INT NULL, ADD g TEXT", False, []),
+    ("ALTER TABLE t ADD COLUMN (a INT, b INT)", True, []),
+    ("ALTER TABLE t MODIFY v VARCHAR(5) NOT NULL", True, []),  # strict: fails where it would cut
+    ("ALTER TABLE t MODIFY at DATETIME(6)", True, []),
+    ("ALTER TABLE t MODIFY c CHAR(8)", True, []),
+    ("ALTER TABLE t ALTER COLUMN v SET DEFAULT 'x'", False, []),
+    ("ALTER TABLE t DROP COLUMN v, ADD INDEX (c)", False, []),
+    ("CREATE TABLE t2 (id INT DEFAULT 1)", False, []),
+])
+def test_value_rewrites(statement, strict, expected):
+    found = [r.why for r in value_rewrites(statement, _BEFORE, strict)]
+    assert len(found) == len(expected) and all(e in f for e, f in zip(expected, found)), found
+
+
+def test_only_added_columns_are_marked_added():
+    """A table whose new columns stay out of silver (ignore_new_columns) minds only the rest."""
+    found = value_rewrites("ALTER TABLE t ADD f INT DEFAULT 1, MODIFY at DATETIME", _BEFORE, True)
+    assert [r.added for r in found] == [True, False]
