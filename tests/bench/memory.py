@@ -84,7 +84,8 @@ def row_bytes(i: int) -> int:
 
 
 def fill_wide_values(db: MariaDB, name: str, rows: int) -> None:
-    db.execute(f"DROP TABLE IF EXISTS bench.{name}", WIDE_VALUES_DDL.format(name=name))
+    db.execute("CREATE DATABASE IF NOT EXISTS bench", f"DROP TABLE IF EXISTS bench.{name}",
+               WIDE_VALUES_DDL.format(name=name))
     with db.connect("bench") as conn, conn.cursor() as cur:
         for i in range(1, rows + 1):
             third = row_bytes(i) // 3
