@@ -38,17 +38,25 @@ SERVER_FLAGS = ["--innodb-buffer-pool-size=2G", "--max-allowed-packet=1G",
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", help="comma-separated sizes for every stage chosen "
-                                        "(default: per stage)")
+                                        "(default: per stage); 2M and 500k are understood")
+    parser.add_argument("--size", action="append", default=[], metavar="STAGE=N[,N]",
+                        help="sizes for one stage (repeatable), e.g. --size binlog=500k")
     parser.add_argument("--stages", default=",".join(s for s in STAGES if s not in SLOW),
                         help=f"comma-separated, of {', '.join(STAGES)} (big is slow: only "
                              f"when named)")
     args = parser.parse_args()
+    chosen = {stage: sizes for stage, (_, sizes) in STAGES.items()}
+    if args.sizes:
+        chosen = dict.fromkeys(chosen, numbers(args.sizes))
+    for item in args.size:
+        stage, _, sizes = item.partition("=")
+        chosen[stage] = numbers(sizes)
     results = []
     print(f"machine: {machine_load()} at start", flush=True)
     with MariaDB(extra_flags=SERVER_FLAGS) as db:
         for stage in args.stages.split(","):
-            run, sizes = STAGES[stage]
-            for size in [int(s) for s in args.sizes.split(",")] if args.sizes else sizes:
+            run, _ = STAGES[stage]
+            for size in chosen[stage]:
                 print(f"{stage} {size:,} ... ({machine_load()})", flush=True)
                 found = run(db, size)
                 print_results([r for r in found if isinstance(r, Result)])
@@ -56,6 +64,13 @@ def main() -> None:
     print(f"\nmachine: {machine_load()} at the end")
     print_results([r for r in results if isinstance(r, Result)])
     print_goals([r for r in results if isinstance(r, Goal)])
+
+
+def numbers(text: str) -> list[int]:
+    """'2M,500k,40' -> [2000000, 500000, 40]."""
+    scale = {"k": 1_000, "M": 1_000_000}
+    return [int(float(t[:-1]) * scale[t[-1]]) if t[-1] in scale else int(t)
+            for t in text.split(",")]
 
 
 def print_results(results: list[Result]) -> None:
