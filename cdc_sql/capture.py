@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from cdc_sql import faults
 from cdc_sql.lake import bronze
 from cdc_sql.lake.tables import each
-from cdc_sql.lake.state import CaptureEntry, SplitEntry
-from cdc_sql.source.binlog import Batch, BinlogReader
+from cdc_sql.lake.state import CaptureEntry, ResnapshotEntry, SplitEntry
+from cdc_sql.source.binlog import Batch, BinlogReader, Bypass
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Offset, Position
 
@@ -43,16 +43,30 @@ class Pass:
     changed_tables: set[str] = field(default_factory=set)
     schema_changed: list[str] = field(default_factory=list)
     started_at: str | None = None        # the offset it started from
+    resnapshots: list[str] = field(default_factory=list)  # source tables it asked to read again
     batches: list[dict] = field(default_factory=list)  # rows and seconds of each commit
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What capture needs to know of the pipeline when a table's definition or rows change
+    under it (source/binlog.py): each table's `on_schema_change`, whether silver holds a column
+    as the source has it, and which source tables a re-snapshot of some must read with them."""
+
+    on_change: object = lambda db, table: "evolve"
+    cannot_follow: object = lambda table: ""  # why bronze cannot take a table now ("": it can)
+    carried: object = lambda db, table, column: True
+    widen: object = lambda tables: tables
 
 
 class Capture:
     def __init__(self, lake, state, source, tables, mariadb: bool, matches, stop=None,
-                 server: str = ""):
+                 server: str = "", policy: Policy = Policy(), schema_at: Position | None = None):
         self.lake, self.state, self.source = lake, state, source
         self.tables = {(t.db, t.name): t for t in tables}
         self.mariadb, self.matches, self.stop = mariadb, matches, stop
         self.server = server  # the identity of the server read (source/failover.py)
+        self.policy, self.schema_at = policy, schema_at
         self._writer: ThreadPoolExecutor | None = None  # lands batches, one at a time, in order
         self._landed = None  # the future of the batch being written
 
@@ -76,13 +90,15 @@ class Capture:
             f"{db}.{name}" for db, name in (self.tables if bronze.STATEMENTS in landing
                                             else landing) if db)
         self.committed = saved if saved and saved.position == str(start) else \
-            CaptureEntry(position=str(start), gtid=gtid, server=self.server)
+            CaptureEntry(position=str(start), gtid=gtid, server=self.server,
+                         held=saved.held if saved else {})
         self.landing = landing
         if start.offset >= stop_at.offset and not skip and not by_gtid:
             if not saved or saved.position != str(start) or landing or \
                     saved.server != self.server:
                 self._commit(CaptureEntry(position=str(start), gtid=self.committed.gtid,
-                                          source_time=seen_at, server=self.server), [])
+                                          source_time=seen_at, server=self.server,
+                                          held=self.committed.held), [])
             return result
         pending = {s.name: s for s in checkpoint.all_splits() if s.done and not s.watermark}
         marks = GtidWatermarks({name: GtidSet.parse(s.watermark_gtid)
@@ -94,7 +110,9 @@ class Capture:
         reader = BinlogReader(self.source, list(self.tables.values()), start, stop_at,
                               self.mariadb, gtid_marks=marks, gtid_state=self.committed.gtid,
                               matches=self.matches, skip=skip, part_rows=batch_rows,
-                              server=self.server, by_gtid=by_gtid, base=base, drop=drop)
+                              server=self.server, by_gtid=by_gtid, base=base, drop=drop,
+                              held=self.committed.held, schema_at=self.schema_at,
+                              policy=self.policy)
         last_flush = time.monotonic()
         try:
             for kind in reader.read():
@@ -133,8 +151,9 @@ class Capture:
                     if name in pending and not pending[name].watermark]
         for entry in resolved:
             pending[entry.name] = entry
+        bypassed, reader.bypassed = reader.bypassed, []
         end = End(str(reader.position), source_time, str(reader.gtid_state),
-                  reader.in_transaction, reader.by_gtid, resolved)
+                  reader.in_transaction, reader.by_gtid, resolved, reader.held_state, bypassed)
         self._submit(reader.take(), end, result)
 
     def _submit(self, batch: Batch, end: End | None, result: Pass) -> None:
@@ -157,15 +176,18 @@ class Capture:
         if end is None:
             return
         if end.position == self.committed.position and not self.landing and \
-                not end.resolved and self.committed.server == self.server:
+                not end.resolved and self.committed.server == self.server and \
+                not end.bypassed and end.held == self.committed.held:
             return
         if end.by_gtid and end.position == self.committed.position:
             return  # not a place on this server yet: nothing read here
         # Ended inside a transaction (the connection broke): its parts stay listed.
         landing = self.landing if end.in_transaction else set()
+        requests = self._requests(end.bypassed, result)
         self._commit(CaptureEntry(position=end.position, source_time=end.source_time,
                                   gtid=end.gtid, server=self.server,
-                                  landing=sorted(map(list, landing))), end.resolved)
+                                  landing=sorted(map(list, landing)), held=end.held),
+                     [*end.resolved, *requests])
 
     def _land(self, batch: Batch, result: Pass) -> None:
         """Write a batch's rows into bronze, after listing the tables it writes in state."""
@@ -187,7 +209,20 @@ class Capture:
         result.batches.append({"phase": "capture", "rows": rows,
                                "seconds": round(time.monotonic() - started, 3)})
 
-    def _commit(self, entry: CaptureEntry, resolved: list[SplitEntry]) -> None:
+    def _requests(self, bypassed: list[Bypass], result: Pass) -> list[ResnapshotEntry]:
+        """Re-snapshot requests for tables whose rows changed without row events, recorded
+        with the position past them: a run that dies before that commit meets them again."""
+        if not bypassed:
+            return []
+        why = {b.table: f"{b.reason} (binlog offset {b.offset})" for b in bypassed}
+        chosen = self.policy.widen(sorted(why))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        result.resnapshots = sorted(set(result.resnapshots) | set(chosen))
+        return [ResnapshotEntry(source_table=t, requested_at=now,
+                                reason=why.get(t, f"read with {', '.join(sorted(why))}"))
+                for t in chosen]
+
+    def _commit(self, entry: CaptureEntry, resolved: list) -> None:
         self.state.write(entry, *resolved)
         self.committed, self.landing = entry, {tuple(t) for t in entry.landing}
 
@@ -202,3 +237,5 @@ class End:
     in_transaction: bool
     by_gtid: bool
     resolved: list[SplitEntry]
+    held: dict = field(default_factory=dict)
+    bypassed: list[Bypass] = field(default_factory=list)

@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 import threading
+from dataclasses import replace
 
 from cdc_sql import engine
 from cdc_sql.config.json_schema import reference_markdown, schema_text
@@ -21,6 +22,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import (Facts, batch_steps, cascade_parents, cascade_warnings,
                                  describe, silver_plans, sources_by_table)
 from cdc_sql.lake.state import State
+from cdc_sql.location import redact
 from cdc_sql.lock import target_lock
 from cdc_sql.ops import status
 from cdc_sql.planner import Window
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     handler.addFilter(_redact)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         handlers=[handler], force=True)
-    for noisy in ("py4j", "pymysqlreplication", "grpc"):
+    for noisy in ("py4j", "pymysqlreplication", "grpc", "SQLQueryContextLogger"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     # Python warnings of libraries (deprecations, a regex's FutureWarning) are no message to a
     # user: logged, and shown with -v only.
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except CdcError as exc:
-        print(f"cdc-sql: {one_line(str(exc))}", file=sys.stderr)
+        print(f"cdc-sql: {one_line(redact(str(exc)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 1
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, SystemExit):
             raise
         log.debug("the traceback of the unexpected error", exc_info=True)
-        text = redacted(str(exc)).strip().splitlines()
+        text = shown(str(exc)).strip().splitlines()
         print(f"cdc-sql: unexpected {type(exc).__name__}: {one_line(text[0] if text else '')} "
               f"(a bug in cdc-sql: please report it with the output of the same command run "
               f"with -v)", file=sys.stderr)
@@ -74,9 +76,15 @@ def one_line(text: str) -> str:
                   lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
+def shown(text: str) -> str:
+    """Text as a user may see it: every hidden value shown as its ${VAR} (errors.hide), and
+    passwords in URLs and signatures in query strings as *** (location.redact)."""
+    return redact(redacted(text))
+
+
 def _redact(record: logging.LogRecord) -> bool:
-    """A log filter: the message with every hidden value shown as its ${VAR} (errors.hide)."""
-    record.msg, record.args = redacted(record.getMessage()), None
+    """A log filter: the message as `shown`, whichever library's message carries it."""
+    record.msg, record.args = shown(record.getMessage()), None
     return True
 
 
@@ -109,7 +117,10 @@ def _parser() -> argparse.ArgumentParser:
                        "settings and projections; write nothing")
     validate.add_argument("--offline", action="store_true",
                           help="check only what needs no database")
-    command("plan", _plan, "show the splits and the SQL each step will run")
+    plan = command("plan", _plan, "show the splits, the SQL each step will run, and which "
+                   "path each table's windows take")
+    plan.add_argument("--engine", choices=engine.MODES, help="override the pipeline's engine.mode")
+    _sql_only_option(plan)
     run = command("run", _run, "capture and merge; follow the binlog until SIGINT/SIGTERM")
     run.add_argument("--until-caught-up", action="store_true",
                      help="stop once silver has caught up with the source position seen at "
@@ -118,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="follow mode: how long to keep retrying while the source is "
                           "unreachable (default 300)")
     _engine_options(run)
+    _sql_only_option(run)
     verify = command("verify", _verify, "compare silver with the source row by row; exit 0 when "
                      "equal, 1 with the differing keys")
     verify.add_argument("--tables", help="comma-separated silver table names (default: all)")
@@ -168,6 +180,13 @@ def _load(args, offline: bool = False) -> Pipeline:
     return pipeline
 
 
+def _sql_only_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sql-only", action="store_true",
+                        help="every silver window through the engine's SQL MERGE INTO (sets "
+                             "engine.sql_only): no in-process delta-rs merge, no first version "
+                             "written during the snapshot")
+
+
 def _engine(args, pipeline: Pipeline):
     return engine.start(args.engine or pipeline.engine.mode,
                         args.engine_url or pipeline.engine.url)
@@ -190,7 +209,9 @@ def _validate(args) -> int:
         print(f"warning: {one_line(redacted(warning))}", file=sys.stderr)
     for plan in plans:
         names = ", ".join(t.qualified for t in plan.sources)
-        print(f"  {plan.spec.name}: {names} (key: {', '.join(plan.row_key)})")
+        chosen = plan.sources[0].key_origin if plan.sources[0].key_index else \
+            ", ".join(plan.row_key)
+        print(f"  {plan.spec.name}: {names} (key: {chosen})")
     databases = sorted({t.db for t in view.source_tables})
     print(redacted(f"grants {source.user} needs (and no more):"))
     for grant, why in preflight.needed_grants(source.user, view.mariadb, source.startup,
@@ -200,6 +221,10 @@ def _validate(args) -> int:
         found = mysql.variables(cur, "log_slave_updates", "log_replica_updates",
                                 "gtid_strict_mode", "gtid_mode")
     print(f"failover: {failover.readiness(view.mariadb, found)}")
+    if pipeline.root.object_store:
+        from cdc_sql.lake import objects
+
+        print(objects.check_target(pipeline.root, os.environ))
     print(f"{args.pipeline}: valid ({len(plans)} tables, source "
           f"{'MariaDB' if view.mariadb else 'MySQL'}, binlog at {view.end})")
     return 0
@@ -208,15 +233,17 @@ def _validate(args) -> int:
 def _plan(args) -> int:
     pipeline = _load(args)
     view = preflight.inspect_source(pipeline)
-    lake = Lake(None, str(pipeline.root), None)  # paths only: plan reads no lake table
+    lake = Lake(None, pipeline.root, None)  # paths only: plan reads no lake table
     with mysql.cursor(pipeline.source) as cur:
         for plan in silver_plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
+            print(_route(plan, lake, args.engine or pipeline.engine.mode,
+                         args.sql_only or pipeline.engine.sql_only))
             for table in plan.sources:
                 splits = plan_splits(cur, table, pipeline.source.chunk_size,
                                      pipeline.source.parallelism)
                 print(f"-- {table.qualified}: {len(splits)} snapshot splits on "
-                      f"({', '.join(table.key)})")
+                      f"({table.key_origin})")
                 for split in splits:
                     print(f"   split {split.split_id}: [{split.lower}, {split.upper})")
             for fk in plan.cascades:
@@ -228,23 +255,31 @@ def _plan(args) -> int:
             print("-- the first batch (the snapshot rows and the changes up to :upto):")
             print(describe(batch_steps(lake, plan, first, Facts(), cascaded)))
             print("-- every later batch (the changes in (:after, :upto]):")
-            if small_merge.plan_unsuitable(plan) is None:
-                print(f"   (a window with no DDL or TRUNCATE, the source's columns in bronze "
-                      f"and silver, and a MERGE that fits in "
-                      f"{small_merge.MEMORY_BUDGET // 2**20} MB by the file sizes, is merged in "
-                      f"this process by delta-rs with the same rule instead, where delta-rs "
-                      f"reaches the table; so is the first batch, on a local path (its "
-                      f"snapshot rows written into silver's files while they are read), or in "
-                      f"an object store with at most {small_merge.SNAPSHOT_BYTES // 2**20} MB "
-                      f"of snapshot rows in bronze)")
             print(describe(batch_steps(lake, plan, later, Facts(), cascaded)))
     return 0
+
+
+def _route(plan, lake: Lake, mode: str, sql_only: bool) -> str:
+    """Which path the table's windows take, and why (`plan`)."""
+    reason = small_merge.route(plan, mode, lake.silver_path(plan.spec.name), sql_only)
+    if reason is not None:
+        return f"-- windows: every one through the engine's SQL below: {reason}"
+    return (f"-- windows: merged in this process by delta-rs with the same rule when one has no "
+            f"DDL or TRUNCATE, the source's columns in bronze and silver, silver's protocol "
+            f"asks for no feature delta-rs cannot write, and its MERGE fits in "
+            f"{small_merge.MEMORY_BUDGET // 2**20} MB by the file sizes; so is the first "
+            f"batch, on a local path (its snapshot rows written into silver's files while they "
+            f"are read), or in an object store with at most "
+            f"{small_merge.SNAPSHOT_BYTES // 2**20} MB of snapshot rows in bronze; else "
+            f"through the engine's SQL below (engine.sql_only forces that)")
 
 
 def _run(args) -> int:
     from cdc_sql.pipeline import run_pipeline  # the run's modules: only for `run`
 
     pipeline = _load(args)
+    if args.sql_only:
+        pipeline = replace(pipeline, engine=replace(pipeline.engine, sql_only=True))
     stop = threading.Event()
 
     def request_stop(signum, _frame):
@@ -254,7 +289,7 @@ def _run(args) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with target_lock(str(pipeline.root), "run"):
+    with target_lock(pipeline.root, "run", on_lost=stop.set):
         engine = _engine(args, pipeline)
         try:
             summary = run_pipeline(pipeline, engine, stop, args.until_caught_up,
@@ -276,7 +311,7 @@ def _verify(args) -> int:
     engine = _engine(args, pipeline)
     differing = 0
     try:
-        checkpoint = State(Lake.open(engine, str(pipeline.root))).load()
+        checkpoint = State(Lake.open(engine, pipeline.root)).load()
         for name in names:
             report = verify_table(engine, pipeline, pipeline.table(name), checkpoint)
             print(f"{name}: {report.summary()}")
@@ -296,7 +331,7 @@ def _resnapshot(args) -> int:
     silver, tables = resnapshot.closure(names, sources_by_table(plans), cascade_parents(plans))
     engine = _engine(args, pipeline)
     try:
-        State(Lake.open(engine, str(pipeline.root))).write(*resnapshot.requests(
+        State(Lake.open(engine, pipeline.root)).write(*resnapshot.requests(
             tables, f"cdc-sql resnapshot --tables {','.join(silver)}", preflight.now()))
     finally:
         engine.stop()
@@ -323,7 +358,7 @@ def _maintain(args) -> int:
     from cdc_sql.ops.maintain import maintain  # the run's modules: only for `maintain`
 
     pipeline = _load(args)
-    with target_lock(str(pipeline.root), "maintain"):
+    with target_lock(pipeline.root, "maintain"):
         engine = _engine(args, pipeline)
         try:
             report = maintain(engine, pipeline, args.retention_hours)
@@ -361,7 +396,7 @@ def _status(args) -> int:
     pipeline = _load(args)
     engine = _engine(args, pipeline)
     try:
-        checkpoint = State(Lake.open(engine, str(pipeline.root))).load()
+        checkpoint = State(Lake.open(engine, pipeline.root)).load()
     finally:
         engine.stop()
     end, logs = status.source_binlog(pipeline)

@@ -1,25 +1,31 @@
 """Spark sessions, and the one place that knows how engines differ.
 
-Modes:
+Modes say how the session is had:
 - `sail`   (default) an in-process Sail Spark Connect server (pysail): no JVM, Delta built in.
-- `remote` any Spark Connect URL (`sc://host:port`), e.g. a Spark 4 cluster with Delta.
+- `remote` any Spark Connect URL (`sc://host:port`): a Sail server or cluster, or a JVM Spark
+  (a standalone or YARN/Kubernetes cluster) with Delta Lake.
 - `active` the SparkSession already running, as in a Databricks job.
-- `local`  a JVM Spark with delta-spark; needs the Delta jars from Maven or `spark.jars`.
-Everything else speaks portable Spark SQL through the session this module returns. Each mode
-imports its own libraries when it starts (pysail, delta-spark and pyspark's session are optional
-or heavy), and `udfs` only once a session needs them.
+- `local`  a JVM Spark (`local[*]`) in this process, with delta-spark's jars (cdc_sql/jars.py).
+What the engine can do depends on which engine it is, never on the mode: `probe` asks the
+session (`SELECT version(), current_catalog()`: Sail answers with its own version and catalog),
+and `start` returns the implementation for it: `SailEngine` (Sail's gaps worked around here) or
+`DeltaSparkEngine` (Apache Spark or Databricks with Delta Lake). Everything else speaks portable
+Spark SQL through the session. Each mode imports its own libraries when it starts (pysail and
+pyspark's classic session are optional or heavy), and `udfs` only once a session needs them.
 """
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from cdc_sql.config.model import ENGINE_MODES
 from cdc_sql.errors import CdcError
-from cdc_sql.sql import quote, string_literal
+from cdc_sql.sql import inline, quote, string_literal
 
 log = logging.getLogger(__name__)
 # No `${var}` substitution in SQL text: a projection must not read the job's environment
@@ -30,13 +36,21 @@ MODES = ENGINE_MODES  # the one list, in the config model
 
 @dataclass
 class Engine:
-    """A Spark session and what this engine can do; table operations that are not queries live
-    in lake/tables.py, chosen once per target."""
+    """A Spark session and what the engine behind it can do; table operations that are not
+    queries live in lake/tables.py, chosen once per target. Subclasses are the engines
+    (`kind`); `mode` says only how the session was had (see the module's docstring)."""
 
     mode: str
-    session: object = field(repr=False)  # a SparkSession; None or a Future while Sail starts
+    session: object = field(repr=False)  # a SparkSession; None or a Future while it starts
     _server: object = field(default=None, repr=False)
     _boot: object = field(default=None, repr=False)  # starts the session (Sail)
+    version: str = ""  # what the engine says it is (`SELECT version()`)
+
+    kind = "spark"
+    describes_history = True  # DESCRIBE HISTORY
+    optimizes = True  # OPTIMIZE and VACUUM
+    alters_columns = True  # ALTER TABLE ADD COLUMNS
+    time_travels = True  # VERSION AS OF any version the log keeps
 
     @property
     def spark(self):
@@ -62,23 +76,18 @@ class Engine:
         self.session = session
         threading.Thread(target=boot, name="engine-start", daemon=True).start()
 
-    @property
-    def describes_history(self) -> bool:
-        """Sail 0.7 has no DESCRIBE HISTORY."""
-        return self.mode != "sail"
+    def sql(self, text: str, args: dict | None = None):
+        """A statement with its named parameters (`:name`) bound to `args`."""
+        return self.spark.sql(text, args=args or None)
 
-    @property
-    def optimizes(self) -> bool:
-        """Sail 0.7 has no OPTIMIZE or VACUUM (delta-rs does them where it reaches the table)."""
-        return self.mode != "sail"
+    def describe(self) -> str:
+        return f"{self.kind} {self.version}".strip() + f" (engine mode {self.mode})"
 
     def read(self, path: str, version: int | None = None):
         """A Delta table, as of `version` if given."""
         reader = self.spark.read.format("delta")
         if version is None:
             return reader.load(str(path))
-        if self.mode == "sail":
-            return _sail_version(self.spark, str(path), version)
         return reader.option("versionAsOf", int(version)).load(str(path))
 
     def append(self, df, path: str, properties: dict | None = None) -> None:
@@ -94,10 +103,23 @@ class Engine:
         df.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
             .option("userMetadata", mark).save(str(path))
 
+    def stage(self, df, path: str) -> None:
+        """Write `df` over a scratch table of cdc-sql's own (a MERGE's staged source),
+        whatever columns it held before."""
+        df.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .save(str(path))
+
+    def add_columns_sql(self, table: str, fields: list) -> str | None:
+        """The statement adding nullable columns to a table (None: this engine has none)."""
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+        return f"ALTER TABLE {table} ADD COLUMNS ({columns})"
+
     def register(self, catalog: str, schema: str, name: str, path: str) -> str:
-        """Make a Delta table reachable by name; returns the name. Sail's catalog lives in its
-        session only and has no other catalogs: there, `catalog` is left out."""
-        parts = [schema] if self.mode == "sail" or not catalog else [catalog, schema]
+        """Make a Delta table reachable by name; returns the name."""
+        parts = [catalog, schema] if catalog else [schema]
+        return self._register(parts, name, path)
+
+    def _register(self, parts: list[str], name: str, path: str) -> str:
         namespace = ".".join(quote(p) for p in parts)
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {namespace}").collect()
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {namespace}.{quote(name)} USING DELTA "
@@ -116,6 +138,76 @@ class Engine:
             if self._server is not None:
                 self._server.stop()
                 self._server = None
+
+
+class DeltaSparkEngine(Engine):
+    """Apache Spark (or Databricks) with Delta Lake: every Delta SQL command is there."""
+
+    kind = "spark"
+
+    def sql(self, text: str, args: dict | None = None):
+        """Spark 4.1 substitutes parameter markers while parsing, and with Delta's SQL parser
+        (4.4) every `:name` stays unbound (UNBOUND_SQL_PARAMETER; in a classic session
+        `spark.sql.legacy.parameterSubstitution.constantsOnly` mends it, through Spark Connect
+        nothing does). So the values go in as SQL literals of their own types (sql.inline)."""
+        return self.spark.sql(inline(text, args) if args else text)
+
+    def append(self, df, path: str, properties: dict | None = None) -> None:
+        super().append(df, path, {**_column_mapping(df), **(properties or {})})
+
+    def stage(self, df, path: str) -> None:
+        df.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .options(**_column_mapping(df)).save(str(path))
+
+    def replace(self, df, path: str, mark: str) -> None:
+        df.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .options(**_column_mapping(df)).option("userMetadata", mark).save(str(path))
+
+
+_UNNAMEABLE = set(" ,;{}()\n\t=")  # what Delta Spark refuses in a column name without mapping
+
+
+def _column_mapping(df) -> dict:
+    """Column mapping for a table Delta Spark creates with columns whose names it refuses
+    otherwise (a MySQL column `odd col`; Sail and delta-rs take them as they are)."""
+    if any(_UNNAMEABLE & set(f.name) for f in df.schema.fields):
+        return {"delta.columnMapping.mode": "name"}
+    return {}
+
+
+class SailEngine(Engine):
+    """Sail (0.7): a Spark Connect server in Rust with its own Delta Lake. It has no ALTER
+    TABLE ADD COLUMNS (columns are added by a schema-merging append), OPTIMIZE, VACUUM or
+    DESCRIBE HISTORY (delta-rs does maintenance and reads history where it reaches the lake),
+    no catalog but its session's, and time travel that fails below its last checkpoint."""
+
+    kind = "sail"
+    describes_history = False
+    optimizes = False
+    alters_columns = False
+    time_travels = False
+
+    def read(self, path: str, version: int | None = None):
+        if version is None:
+            return super().read(path)
+        return _sail_version(self.spark, str(path), version)
+
+    def stage(self, df, path: str) -> None:
+        """A fresh table each time on a local path: Sail cannot overwrite one whose schema
+        gains a column with a table feature."""
+        from cdc_sql.lake.tables import storage
+
+        if storage(path) == "local":
+            shutil.rmtree(path, ignore_errors=True)
+        super().stage(df, path)
+
+    def add_columns_sql(self, table: str, fields: list) -> str | None:
+        return None
+
+    def register(self, catalog: str, schema: str, name: str, path: str) -> str:
+        """Sail's catalog lives in its session only and has no other catalogs: `catalog` is
+        left out."""
+        return self._register([schema], name, path)
 
 
 def _sail_version(spark, path: str, version: int):
@@ -139,16 +231,29 @@ def _sail_version(spark, path: str, version: int):
     return spark.read.schema(schema).parquet(*files)
 
 
+def probe(spark) -> tuple[type[Engine], str]:
+    """Which engine a session talks to, and its version, asked of the session itself."""
+    try:
+        version, catalog = spark.sql("SELECT version(), current_catalog()").collect()[0]
+    except Exception as exc:  # noqa: BLE001 - whatever the engine says, said in one line
+        raise CdcError(f"the Spark engine did not answer a first query: {_first_line(exc)}") \
+            from None
+    if catalog == "sail":
+        return SailEngine, str(version)
+    return DeltaSparkEngine, str(version).split(" ")[0]
+
+
 def start(mode: str = "sail", url: str = "") -> Engine:
     mode = mode or "sail"
+    try:
+        import pyspark  # noqa: F401 - not a dependency: a Databricks job has its runtime's
+    except ImportError:
+        raise CdcError(f"engine mode `{mode}` needs pyspark: pip install 'cdc-sql[sail]' (the "
+                       f"embedded engine) or 'cdc-sql[spark]' (a Spark of your own)") from None
     if mode == "sail":
         return _start_sail()
     if mode == "remote":
-        if not url.startswith("sc://"):
-            raise CdcError("engine mode `remote` needs engine.url (or --engine-url) as sc://host:port")
-        from pyspark.sql import SparkSession
-
-        return Engine(mode, _configure(SparkSession.builder.remote(url).create()))
+        return _start_remote(url)
     if mode == "active":
         from pyspark.sql import SparkSession
 
@@ -156,10 +261,64 @@ def start(mode: str = "sail", url: str = "") -> Engine:
         if spark is None:
             raise CdcError("engine mode `active` needs a running SparkSession (e.g. a Databricks "
                            "job); use `sail` to run locally")
-        return Engine(mode, _configure(spark))
+        return _probed(mode, spark)
     if mode == "local":
         return _start_local()
     raise CdcError(f"unknown engine mode `{mode}` ({', '.join(MODES)})")
+
+
+def _probed(mode: str, spark) -> Engine:
+    """The implementation for the engine behind `spark`, its session configured."""
+    kind, version = probe(spark)
+    if kind is DeltaSparkEngine:
+        _check_delta(spark, mode)
+    return kind(mode, _configure(spark), version=version)
+
+
+def _check_delta(spark, mode: str) -> None:
+    """A JVM Spark without Delta Lake fails every statement on a Delta table: say so once."""
+    try:
+        extensions = spark.conf.get("spark.sql.extensions", "") or ""
+        databricks = spark.conf.get("spark.databricks.clusterUsageTags.sparkVersion", "") or ""
+    except Exception:  # noqa: BLE001 - a conf the engine will not tell: assume Delta is there
+        return
+    if "DeltaSparkSessionExtension" not in extensions and not databricks:
+        raise CdcError(f"the Spark behind engine mode `{mode}` has no Delta Lake: start it with "
+                       "io.delta.sql.DeltaSparkSessionExtension in spark.sql.extensions and "
+                       "org.apache.spark.sql.delta.catalog.DeltaCatalog as spark_catalog "
+                       "(docs/engines.md)")
+
+
+def _start_remote(url: str) -> Engine:
+    if not url.startswith("sc://"):
+        raise CdcError("engine mode `remote` needs engine.url (or --engine-url) as sc://host:port")
+    from pyspark.sql import SparkSession
+
+    _reachable(url)
+    try:
+        spark = SparkSession.builder.remote(url).create()
+    except Exception as exc:  # noqa: BLE001 - gRPC and pyspark errors alike
+        raise CdcError(f"the Spark Connect server at {url} did not answer: "
+                       f"{_first_line(exc)}") from None
+    return _probed("remote", spark)
+
+
+def _reachable(url: str, timeout: float = 10.0) -> None:
+    """Fail in one line when nothing listens at the URL: Spark Connect's client retries a
+    refused connection for minutes."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.split(";", 1)[0])
+    try:
+        host, port = parts.hostname or "localhost", parts.port or 15002
+    except ValueError as exc:
+        raise CdcError(f"engine.url {url}: {exc}") from None
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise CdcError(f"the Spark Connect server at {url} does not answer ({exc.strerror or exc}"
+                       f"): start it, or check engine.url") from None
 
 
 def _start_sail() -> Engine:
@@ -168,7 +327,7 @@ def _start_sail() -> Engine:
     # Sail logs each Delta commit retry as an ERROR line, and warns at every exit that it
     # aborts its session actor's tasks (`aborting N task(s) for SessionManagerActor`).
     os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
-    engine = Engine("sail", None)
+    engine = SailEngine("sail", None)
 
     def boot() -> object:
         from pysail.spark import SparkConnectServer
@@ -179,28 +338,64 @@ def _start_sail() -> Engine:
         _, port = engine._server.listening_address
         # create(), not getOrCreate(): the latter hands back any session already active in
         # this process, whatever its URL, and stopping it would stop that engine's session.
-        return _configure(SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create())
+        spark = _configure(SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create())
+        engine.version = str(spark.sql("SELECT version()").collect()[0][0])
+        return spark
 
     engine._boot = boot
     return engine
 
 
+LOG4J = os.path.join(os.path.dirname(__file__), "log4j2.properties")  # errors only, to stderr
+# A JVM Spark of its own in this process: Delta's extension and catalog, the jars setup.sh
+# fetched, and settings for one machine (Delta replays a table's log in 50 tasks by default).
+LOCAL_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.shuffle.partitions": "8",
+}
+
+
 def _start_local() -> Engine:
-    try:
-        from delta import configure_spark_with_delta_pip
+    """A JVM starts on first use, or in the background from `Engine.prepare()` (5-7 s), like
+    Sail: a run whose windows are all merged in this process never starts one."""
+    import pyspark
+
+    from cdc_sql import jars
+
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise CdcError("engine mode `local` needs Java 17 or later (a JVM Spark): install it "
+                       "(Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+    delta = jars.delta_jars(pyspark.__version__)  # before any JVM: one line if they are missing
+    engine = DeltaSparkEngine("local", None, version=pyspark.__version__)
+
+    def boot() -> object:
         from pyspark.sql import SparkSession
-    except ImportError as exc:
-        raise CdcError(f"engine mode `local` needs pyspark with a JVM and delta-spark: {exc}") from None
-    builder = (SparkSession.builder.master("local[*]").appName("cdc-sql")
-               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-               .config("spark.sql.catalog.spark_catalog",
-                       "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
-    try:  # downloads the Delta jars from Maven unless spark.jars already names them
-        spark = configure_spark_with_delta_pip(builder).getOrCreate()
-    except Exception as exc:  # noqa: BLE001 - JVM start failures come in many types
-        raise CdcError("engine mode `local` could not start a JVM Spark with Delta (it needs Java "
-                       f"and the Delta jars from Maven or spark.jars): {str(exc).splitlines()[0]}") from None
-    return Engine("local", _configure(spark))
+
+        builder = SparkSession.builder.master("local[*]").appName("cdc-sql") \
+            .config("spark.jars", ",".join(delta)) \
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J}")
+        for key, value in LOCAL_CONF.items():
+            builder = builder.config(key, value)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname warning
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # UDF workers: this Python
+        try:
+            spark = builder.getOrCreate()
+        except Exception as exc:  # noqa: BLE001 - JVM start failures come in many types
+            raise CdcError(f"engine mode `local` could not start a JVM Spark with Delta: "
+                           f"{_first_line(exc)}") from None
+        spark.sparkContext.setLogLevel("ERROR")
+        return _configure(spark)
+
+    engine._boot = boot
+    return engine
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _configure(spark):

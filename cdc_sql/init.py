@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from cdc_sql.config.model import Source
 from cdc_sql.errors import ConfigError, SourceError, hide
 from cdc_sql.source import mysql, preflight
-from cdc_sql.source.schema import read_table
+from cdc_sql.source.schema import TABLE_TYPES, read_table
 
 PASSWORD_VARIABLE = "MYSQL_PASSWORD"
 
@@ -26,6 +26,7 @@ class Found:
     name: str
     key: tuple[str, ...]
     columns: tuple[str, ...]
+    index: str = ""  # the unique index on NOT NULL columns the key is, with no primary key
 
 
 def parse_url(url: str, password: str = "") -> tuple[Source, str]:
@@ -79,7 +80,7 @@ def read_source(source: Source, database: str, pattern: str | None) -> tuple[lis
         except SourceError as exc:
             problems = [str(exc)]
         cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
-                    "AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME", (database,))
+                    f"AND TABLE_TYPE IN {TABLE_TYPES} ORDER BY TABLE_NAME", (database,))
         names = [row[0] for row in cur.fetchall()
                  if matcher is None or matcher.fullmatch(row[0])]
         if not names:
@@ -89,7 +90,8 @@ def read_source(source: Source, database: str, pattern: str | None) -> tuple[lis
         for name in names:
             try:
                 table = read_table(cur, database, name)
-                found.append(Found(name, table.key, tuple(c.name for c in table.columns)))
+                found.append(Found(name, table.key, tuple(c.name for c in table.columns),
+                                   table.key_index))
             except SourceError:  # no key: listed for the user to declare one
                 cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
                             "TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
@@ -130,7 +132,12 @@ def starter_yaml(source: Source, database: str, tables: list[Found], mariadb: bo
         source_name = f"{_quoted(database)}.{_quoted(table.name)}"
         silver = re.sub(r"[^A-Za-z0-9_]", "_", table.name)
         silver = silver if re.match(r"[A-Za-z_]", silver) else f"t_{silver}"
-        if table.key:
+        if table.key and table.index:  # pinned: another index added later changes nothing
+            lines += [f"  - name: {silver}",
+                      f"    source: {_scalar(source_name)}",
+                      f"    primary_key: [{', '.join(_scalar(k) for k in table.key)}]   # the "
+                      f"unique index {table.index} on NOT NULL columns: no primary key"]
+        elif table.key:
             lines += [f"  - name: {silver}",
                       f"    source: {_scalar(source_name)}   # key: {', '.join(table.key)}"]
         else:

@@ -22,13 +22,13 @@ from contextlib import contextmanager
 import pymysql
 
 from cdc_sql import faults, resnapshot
-from cdc_sql.capture import Capture
+from cdc_sql.capture import Capture, Policy
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import CdcError, SourceError, TargetError, out_of_space, redacted
 from cdc_sql.lake import bronze, first_version, small_merge, tables
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import (SilverPlan, cascade_parents, cascade_warnings, chained,
-                                 check_untouched, merge_window, owned_tables, owned_versions,
+from cdc_sql.lake.silver import (SilverPlan, carries, cascade_parents, cascade_warnings,
+                                 chained, check_untouched, merge_window, owned_tables, owned_versions,
                                  read_statements, read_whole, silver_plans, snapshot_levels,
                                  sources_by_table)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
@@ -45,7 +45,7 @@ from cdc_sql.source.splits import Split, group_splits, plan_splits, table_size
 from cdc_sql.source.watermarks import binary_log_status, gtid_position
 
 log = logging.getLogger("cdc_sql")
-BINLOG_ONLY_STARTUP = ("latest", "earliest", "timestamp", "offset")
+BINLOG_ONLY_STARTUP = ("latest", "earliest", "timestamp", "offset", "gtid")
 # Tasks that finish within this many seconds of each other share one state commit. Waiting
 # costs nothing: a crash loses only the record, and the work is done again (harmlessly).
 STATE_COMMIT_SECONDS = 1.0
@@ -79,7 +79,7 @@ def run_pipeline(pipeline: Pipeline, engine, stop: threading.Event, until_caught
 class Runner:
     def __init__(self, pipeline: Pipeline, engine, stop: threading.Event | None = None):
         self.pipeline = pipeline
-        self.lake = Lake.open(engine, str(pipeline.root))
+        self.lake = Lake.open(engine, pipeline.root, pipeline.engine.sql_only)
         self.state = State(self.lake)
         self.stop = stop or threading.Event()
         # What this run's capture saw, so idle tables advance without a MERGE (heartbeat)
@@ -88,6 +88,8 @@ class Runner:
         self.batches: list[dict] = []  # every bronze and silver commit: rows, seconds (metrics)
         self.registered: set[str] = set()  # silver tables registered by name in this run
         self.schema_changed: list[str] = []  # tables a DDL changed in the last capture pass
+        self.resnapshots: list[str] = []  # tables the last pass asked to read again
+        self.plans: list[SilverPlan] = []
         self.engine_wanted = True  # start the engine while the source is read (see run())
         self.resume = failover.Resume(False)  # how capture resumes in this run, and from where
         self.resume_from: str | None = None
@@ -105,7 +107,7 @@ class Runner:
         view = inspect_source(self.pipeline)
         for warning in view.warnings:
             log.warning(warning)
-        plans = silver_plans(self.pipeline, view)
+        plans = self.plans = self._silver_plans(view)
         for warning in cascade_warnings(plans, view):
             log.warning(warning)
         self.engine_wanted = self._wants_engine(plans)
@@ -132,7 +134,7 @@ class Runner:
                     view = dataclasses.replace(  # the new definitions (projections checked again)
                         inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at,
                         server=view.server, base=view.base)
-                    plans = silver_plans(self.pipeline, view)
+                    plans = self.plans = self._silver_plans(view)
                     self.engine_wanted = self._wants_engine(plans)
                     self.ensure_bronze(view)
                     with timed(summary, "snapshot"):  # of tables that just began to match
@@ -142,8 +144,8 @@ class Runner:
                     merged = self.merge(plans, self.state.load())
                 summary["captured_changes"] = summary.get("captured_changes", 0) + captured
                 summary["merged_tables"] = sorted(set(summary.get("merged_tables", [])) | set(merged))
-                if self.schema_changed:
-                    self.schema_changed = []
+                if self.schema_changed or self.resnapshots:  # go on with the new definitions,
+                    self.schema_changed = self.resnapshots = []  # or read tables again
                     continue
                 if until_caught_up or self.stop.wait(poll_seconds):
                     break
@@ -174,6 +176,16 @@ class Runner:
         return TargetError(f"the target {self.lake.root} is out of space ({detail}): nothing "
                            f"committed is lost; free space, then run again (a run following "
                            f"the binlog retries by itself)")
+
+    def _silver_plans(self, view: SourceView) -> list[SilverPlan]:
+        """The silver plans; a table with `on_schema_change: ignore_new_columns` keeps the
+        columns its silver has."""
+        kept = {}
+        for spec in self.pipeline.tables:
+            path = self.lake.silver_path(spec.name)
+            if spec.on_schema_change == "ignore_new_columns" and self.lake.tables.exists(path):
+                kept[spec.name] = set(self.lake.tables.schema(path).names)
+        return silver_plans(self.pipeline, view, kept)
 
     def ensure_bronze(self, view: SourceView) -> None:
         bronze.ensure_statements_table(self.lake)
@@ -315,15 +327,21 @@ class Runner:
         source = self.pipeline.source
         if checkpoint.capture is not None or source.startup not in BINLOG_ONLY_STARTUP:
             return
-        start = {
-            "latest": lambda: view.end,
-            "earliest": lambda: view.first_binlog,
-            "offset": lambda: startup.offset_position(source, source.startup_offset),
-            "timestamp": lambda: startup.timestamp_position(
-                source, startup.parse_timestamp(source.startup_timestamp)),
-        }[source.startup]()
-        self.state.write(CaptureEntry(position=str(start), gtid=self._gtid_at(view, start),
-                                      server=view.server),
+        gtid = None
+        if source.startup == "gtid":  # the server finds the place; the position there is given
+            found, gtid = startup.gtid_position(source, source.startup_gtid, view.mariadb)
+            start, gtid = (found, gtid) if found else (view.end, None)
+        else:
+            start = {
+                "latest": lambda: view.end,
+                "earliest": lambda: view.first_binlog,
+                "offset": lambda: startup.offset_position(source, source.startup_offset),
+                "timestamp": lambda: startup.timestamp_position(
+                    source, startup.parse_timestamp(source.startup_timestamp)),
+            }[source.startup]()
+        self.state.write(CaptureEntry(position=str(start), server=view.server,
+                                      gtid=gtid if gtid is not None else
+                                      self._gtid_at(view, start)),
                          *(TableEntry(table=spec.name, applied=start.offset.text,
                                       snapshot_merged=True) for spec in self.pipeline.tables))
         log.info("capture starts at %s (startup: %s)", start, source.startup)
@@ -490,7 +508,7 @@ class Runner:
         capture = Capture(self.lake, self.state, self.pipeline.source, view.source_tables,
                           view.mariadb, lambda db, table: any(
                               spec.matches(db, table) for spec in self.pipeline.tables),
-                          self.stop, view.server)
+                          self.stop, view.server, self._policy(), view.read_at)
         # By GTID until a place on this server is recorded (the saved position moves on).
         by_gtid = self.resume.by_gtid and saved is not None and \
             saved.position == self.resume_from
@@ -499,6 +517,7 @@ class Runner:
                              by_gtid=by_gtid, base=view.base)
         self.changed_tables |= result.changed_tables
         self.schema_changed = result.schema_changed
+        self.resnapshots = result.resnapshots
         self.batches += result.batches
         return result.changes
 
@@ -558,8 +577,32 @@ class Runner:
             capture is not None and entry.applied >= capture.offset
         return entry.applied if caught_up else None
 
+    def _policy(self) -> Policy:
+        """What capture does where rows change without row events (capture.Policy)."""
+        plans, specs = self.plans, self.pipeline.tables
+
+        def widen(tables: list[str]) -> list[str]:
+            names = [p.spec.name for p in plans if any(s.qualified in tables for s in p.sources)]
+            found = resnapshot.closure(names, sources_by_table(plans), cascade_parents(plans))[1]
+            return sorted(set(found) | set(tables))
+
+        def on_change(db: str, table: str) -> str:
+            found = {s.on_schema_change for s in specs if s.matches(db, table)}
+            return next((p for p in ("stop", "resnapshot", "ignore_new_columns") if p in found),
+                        "evolve")
+
+        return Policy(
+            on_change=on_change,
+            cannot_follow=lambda table: bronze.cannot_hold(self.lake, table),
+            carried=lambda db, table, column: carries(plans, f"{db}.{table}", column),
+            widen=widen)
+
     def _window(self, plan: SilverPlan, checkpoint: Checkpoint, idle: bool):
-        """The table's next window (planner.py); None when it must wait."""
+        """The table's next window (planner.py); None when it must wait (also while a
+        re-snapshot of one of its source tables is asked for and not yet prepared: rows
+        changed without row events stay out of silver until it replaces them)."""
+        if any(t.qualified in resnapshot.requested(checkpoint) for t in plan.sources):
+            return None
         entry = checkpoint.table(plan.spec.name)
         if entry is not None:  # every run, changes or not: silver must hold only what we wrote
             check_untouched(self.lake, plan.spec, entry)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # cdc-sql against a Spark Connect server (Spark 4 with Delta Lake), e.g. one started with:
 #   $SPARK_HOME/sbin/start-connect-server.sh \
-#     --packages io.delta:delta-spark_2.13:4.0.0 \
-#     --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension \
-#     --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog
+#     --packages io.delta:delta-spark_4.1_2.13:4.4.0 \
+#     --properties-file conf/spark-defaults.conf
+# (the tests start one over a standalone cluster: cdc_sql/dev/spark_cluster.py)
 # The target path must be one the server can write (s3://, abfss://, or a path it shares with
 # this machine). Schedule the batch mode (cron, Airflow, ...) and let one run at a time:
 # the pipeline's lock refuses a second one.

@@ -1,4 +1,4 @@
-"""Shared fixtures: one private MariaDB and one Sail engine per test session."""
+"""Shared fixtures: one private MariaDB and one engine per test session (tests/engines.py)."""
 from __future__ import annotations
 
 import itertools
@@ -9,6 +9,9 @@ import pytest
 
 from cdc_sql.config.model import load_pipeline
 from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
+from tests.engines import engine, engine_server, engine_settings  # noqa: F401 - fixtures
+
+pytest_plugins = ["tests.objstores"]  # the object-store emulators and lake_root
 
 _names = itertools.count(1)
 
@@ -17,15 +20,6 @@ _names = itertools.count(1)
 def mariadb():
     with MariaDB() as server:
         yield server
-
-
-@pytest.fixture(scope="session")
-def engine():
-    from cdc_sql import engine as engines
-
-    started = engines.start("sail")
-    yield started
-    started.stop()
 
 
 @pytest.fixture
@@ -38,7 +32,7 @@ def database(mariadb):
 
 
 @pytest.fixture
-def make_pipeline(tmp_path, mariadb):
+def make_pipeline(tmp_path, mariadb, lake_root, engine_settings):  # noqa: F811 - the fixture
     """Write a pipeline YAML for the shared server and load it."""
 
     def make(tables: str, target: dict | None = None, **source) -> object:
@@ -47,7 +41,9 @@ def make_pipeline(tmp_path, mariadb):
                     "chunk_size": 1000, "parallelism": 2, **source}
         lines = "\n".join(f"  {k}: {v}" for k, v in settings.items())
         extra = "".join(f"  {k}: {v}\n" for k, v in (target or {}).items())
-        text = (f"name: test\nsource:\n{lines}\ntarget:\n  path: {tmp_path / 'lake'}\n{extra}"
+        engine_yaml = "".join(f"  {k}: {v}\n" for k, v in engine_settings.items())
+        text = (f"name: test\nsource:\n{lines}\ntarget:\n  path: {lake_root}\n{extra}"
+                f"{'engine:' + chr(10) + engine_yaml if engine_yaml else ''}"
                 f"tables:\n{textwrap.indent(textwrap.dedent(tables).strip(), '  ')}\n")
         path = Path(tmp_path / "pipeline.yaml")
         path.write_text(text)

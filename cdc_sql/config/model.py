@@ -22,14 +22,25 @@ from typing import Any
 from cdc_sql.config.loader import Document, read_document
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.errors import ConfigError, hide
+from cdc_sql.location import Location, refused
 
-STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "snapshot-only")
+SCHEMA_CHANGE_POLICIES = ("evolve", "resnapshot", "stop", "ignore_new_columns")
+STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "gtid", "snapshot-only")
+# MariaDB: domain-server-seq[,...]; MySQL: a GTID set, uuid:1-5[:7-9][,uuid2:...]
+_UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+GTID_POSITION = re.compile(
+    r"\d+-\d+-\d+(\s*,\s*\d+-\d+-\d+)*|"
+    rf"{_UUID}(:\d+(-\d+)?)+(\s*,\s*{_UUID}(:\d+(-\d+)?)+)*")
 ENGINE_MODES = ("sail", "remote", "local", "active")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A literal db.table: plain names, or either part in backticks (`odd-db`.`we"ird|name`,
 # backticks inside doubled); anything else is a regular expression over db.table names.
 _NAME_PART = r"(`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
 _LITERAL_SOURCE = re.compile(rf"{_NAME_PART}\.{_NAME_PART}")
+# The shadow tables of online schema-change tools: gh-ost's _t_gho (the new table), _t_ghc (its
+# changelog) and _t_del (the old table after the swap), pt-online-schema-change's _t_new and
+# _t_old. A pattern source never matches them: their rows are copies, never the table's own.
+SHADOW_TABLE = re.compile(r"_+.+_(gho|ghc|del|new|old)", re.S)
 _IDENTIFIER_OR_EMPTY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)?")
 PASSWORD_FILE_BYTES = 64 * 2**10  # a password, not a file read forever (/dev/zero)
 _LARGEST = 2**63 - 1  # whole numbers travel as 64-bit integers (Arrow, Spark, MySQL)
@@ -84,6 +95,9 @@ class Source:
     startup_timestamp: str = _key("for startup: timestamp, a UTC time (2024-05-01 12:00:00) or "
                                   "epoch seconds", "")
     startup_offset: str = _key("for startup: offset, a binlog file:position", "")
+    startup_gtid: str = _key("for startup: gtid, where capture starts: after these "
+                             "transactions (MariaDB: domain-server-seq per domain, as "
+                             "@@gtid_binlog_pos; MySQL: a GTID set, as @@gtid_executed)", "")
     chunk_size: int = _key("rows per snapshot split; 0 (the default) sizes splits from the "
                            "table: about 64 MB of rows each, and enough for every reader", 0,
                            minimum=0)
@@ -113,7 +127,8 @@ class Source:
 
 @dataclass(frozen=True)
 class Target:
-    path: str = _key("Delta root: bronze/, silver/ and _state/ live under it")
+    path: str = _key("Delta root: bronze/, silver/ and _state/ live under it; a local path or "
+                     "an s3://, abfss://, gs:// URL (credentials from the environment)")
     catalog: str = _key("catalog to register silver tables in by name (e.g. Unity Catalog "
                         "`main`); needs `schema`", "", pattern=_IDENTIFIER_OR_EMPTY)
     schema: str = _key("schema (database) to register silver tables in by name, e.g. `silver`: "
@@ -131,6 +146,10 @@ class EngineConfig:
                      "active (the running SparkSession, e.g. Databricks)", "sail",
                      choices=ENGINE_MODES)
     url: str = _key("Spark Connect URL for mode remote", "")
+    sql_only: bool = _key("every silver window through the engine's SQL MERGE INTO (the "
+                          "reference path): no window merged in this process by delta-rs, no "
+                          "first version written during the snapshot; the CLI's --sql-only "
+                          "sets it", False)
 
 
 @dataclass(frozen=True)
@@ -147,6 +166,13 @@ class Table:
                                           "across shards (else the key includes "
                                           "_cdc_source_table); a row moves between shards by a "
                                           "delete, then an insert", False)
+    on_schema_change: str = _key(
+        "what a DDL on its source does: evolve (columns added, widened, renamed; an "
+        "incompatible change stops), resnapshot (an incompatible change reads the table again "
+        "online), stop (any DDL stops the run), ignore_new_columns (added columns stay out of "
+        "silver). Rows changed without row events (partition maintenance, statement-format "
+        "DML) are read again online, unless stop", "evolve",
+        choices=SCHEMA_CHANGE_POLICIES)
 
     @property
     def is_pattern(self) -> bool:
@@ -157,7 +183,8 @@ class Table:
         literal = self._literal_key
         if literal is not None:
             return literal == (db.lower(), table.lower())
-        return source_pattern(self.source).fullmatch(f"{db}.{table}") is not None
+        return source_pattern(self.source).fullmatch(f"{db}.{table}") is not None and \
+            not SHADOW_TABLE.fullmatch(table)
 
     @functools.cached_property
     def _literal_key(self) -> tuple[str, str] | None:
@@ -206,8 +233,9 @@ class Pipeline:
     warnings: tuple[str, ...] = field(default=(), metadata={"internal": True}, compare=False)
 
     @property
-    def root(self) -> Path:
-        return Path(self.target.path)
+    def root(self) -> Location:
+        """The lake's root: a local directory or an object-store URL (never a pathlib.Path)."""
+        return Location.of(self.target.path)
 
     def table(self, name: str) -> Table:
         for table in self.tables:
@@ -235,11 +263,12 @@ def load_pipeline(file: str | Path, environ: dict[str, str] | None = None,
 
 def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
     target = pipeline.target
-    path = Path(target.path)
-    if not path.is_absolute() and not re.match(r"^[a-z][a-z0-9+]*://", target.path):
+    root = Location.of(target.path)
+    if root.local and not Path(root).is_absolute():
         # A relative target is relative to the pipeline file, so runs from any directory agree.
-        target = dataclasses.replace(target, path=str((Path(file).resolve().parent / path).resolve()))
-    return dataclasses.replace(pipeline, file=file, target=target)
+        root = Location.of((Path(file).resolve().parent / Path(root)).resolve())
+    return dataclasses.replace(pipeline, file=file,
+                               target=dataclasses.replace(target, path=str(root)))
 
 
 def _read_secrets(pipeline: Pipeline, doc: Document, offline: bool,
@@ -310,6 +339,9 @@ def _password_from(path: Path, doc: Document, notices: list[str]) -> str:
 
 
 def _check_target(pipeline: Pipeline, doc: Document) -> None:
+    problem = refused(pipeline.target.path)
+    if problem is not None:
+        raise doc.error(problem, "target.path")
     if pipeline.target.catalog and not pipeline.target.schema:
         raise doc.error("`catalog` needs `schema` too (tables register as catalog.schema.name)",
                         "target.schema")
@@ -317,13 +349,17 @@ def _check_target(pipeline: Pipeline, doc: Document) -> None:
 
 def _check_startup(pipeline: Pipeline, doc: Document) -> None:
     source = pipeline.source
-    needs = {"timestamp": "startup_timestamp", "offset": "startup_offset"}
+    needs = {"timestamp": "startup_timestamp", "offset": "startup_offset", "gtid": "startup_gtid"}
     for mode, key in needs.items():
         value = getattr(source, key)
         if source.startup == mode and not value:
             raise doc.error(f"startup: {mode} needs `{key}`", f"source.{key}")
         if value and source.startup != mode:
             raise doc.error(f"`{key}` is only for startup: {mode}", f"source.{key}")
+    if source.startup_gtid and not GTID_POSITION.fullmatch(source.startup_gtid.strip()):
+        raise doc.error(f"startup_gtid `{source.startup_gtid}` is neither a MariaDB GTID "
+                        f"position (0-1-100,1-1-7) nor a MySQL GTID set (uuid:1-100)",
+                        "source.startup_gtid")
     if source.startup_timestamp:
         # source/ only when a startup time is set: `validate --offline` needs no driver
         from cdc_sql.source.startup import parse_timestamp

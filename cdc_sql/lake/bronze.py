@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 
 from cdc_sql.errors import SourceError
 from cdc_sql.lake.tables import table_ref
-from cdc_sql.source import ddl
 from cdc_sql.source.binlog import STATEMENTS_SCHEMA
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.rows import META_COLUMNS
@@ -125,6 +124,7 @@ def append_changes(lake, table: SourceTable, batches: list[pa.RecordBatch]) -> N
         widened = {f.name: f.type for f in target if f.name in current.names and
                    current.field(f.name).type != f.type}
         if widened:
+            _engine_started(lake)
             from pyspark.sql.pandas.types import from_arrow_type
 
             lake.tables.reshape(path, {n: from_arrow_type(t) for n, t in widened.items()}, [])
@@ -133,14 +133,20 @@ def append_changes(lake, table: SourceTable, batches: list[pa.RecordBatch]) -> N
                              schema_mode=None if same else "merge")
 
 
+def _engine_started(lake) -> None:
+    """Waits for an engine that is starting on its own thread (importing pyspark) before this
+    thread imports pyspark too: two threads importing it at once can meet a half-imported
+    module ("partially initialized module ... circular import")."""
+    engine = getattr(lake, "engine", None)
+    if engine is not None and getattr(engine, "session", None) is not None:
+        engine.spark  # noqa: B018 - the wait
+
+
 def append_statements(lake, statements: list[dict]) -> None:
-    """The statements of the captured tables, their literals and comments left out (a DEFAULT
-    or COMMENT may hold what the source's owner would not copy into a lake; silver needs only
-    the statement's structure: renames, truncates)."""
+    """The statements of the captured tables (redacted by the binlog reader)."""
     if statements:
-        kept = [{**s, "statement": ddl.redacted(s["statement"])} for s in statements]
         lake.tables.append_arrow(lake.statements_path,
-                                 pa.Table.from_pylist(kept, STATEMENTS_SCHEMA).to_batches(),
+                                 pa.Table.from_pylist(statements, STATEMENTS_SCHEMA).to_batches(),
                                  STATEMENTS_SCHEMA)
 
 
@@ -157,6 +163,23 @@ def _merged_schema(current: pa.Schema, incoming: list[pa.Schema], table) -> pa.S
                 fields[f.name] = pa.field(f.name, _wider(fields[f.name].type, f.type,
                                                          table.qualified, f.name))
     return pa.schema([fields[n] for n in order])
+
+
+def cannot_hold(lake, table: SourceTable) -> str:
+    """Why bronze's changes table cannot take the table's rows as now defined (a column whose
+    type is no widening of the one bronze holds), or "" when it can."""
+    path = lake.changes_path(table.db, table.name)
+    if not lake.tables.exists(path):
+        return ""
+    current = lake.tables.schema(path)
+    for f in changes_schema(table):
+        if f.name in current.names and current.field(f.name).type != f.type:
+            try:
+                _wider(current.field(f.name).type, f.type, table.qualified, f.name)
+            except SourceError:
+                return f"column `{f.name}` changed type from {current.field(f.name).type} to " \
+                       f"{f.type}"
+    return ""
 
 
 def _wider(old: pa.DataType, new: pa.DataType, table: str, column: str) -> pa.DataType:
@@ -212,8 +235,8 @@ def landed_after(lake, tables: list[tuple[str, str]], after: Offset) -> dict:
         path, column = _offsets_of(lake, db, name)
         if not lake.tables.exists(path):
             continue
-        rows = lake.spark.sql(f"SELECT max({column}) FROM {table_ref(path)} WHERE {column} > "
-                              f":after", args={"after": after.text}).collect()
+        rows = lake.engine.sql(f"SELECT max({column}) FROM {table_ref(path)} WHERE {column} > "
+                               f":after", {"after": after.text}).collect()
         if rows and rows[0][0]:
             found[(db, name)] = Offset.parse(rows[0][0])
     return found

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cdc_sql.lake.tables import TableOps, storage, table_ops
+from cdc_sql.lake.tables import TableOps, table_ops
+from cdc_sql.location import Location
 
 _SAFE = re.compile(rb"[A-Za-z0-9_]")
 
@@ -37,12 +38,17 @@ def source_dir(db: str, table: str) -> str:
 @dataclass(frozen=True)
 class Lake:
     engine: object
-    root: str
+    root: Location  # a str is taken too (cdc_sql/location.py)
     tables: TableOps = field(repr=False)
+    sql_only: bool = False  # every silver window through the engine's SQL (engine.sql_only)
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Location.of(self.root))
 
     @classmethod
-    def open(cls, engine, root: str) -> "Lake":
-        return cls(engine, str(root).rstrip("/") or "/", table_ops(engine, str(root)))
+    def open(cls, engine, root: Location | str, sql_only: bool = False) -> "Lake":
+        root = Location.of(root)
+        return cls(engine, root, table_ops(engine, str(root)), sql_only)
 
     @property
     def spark(self):
@@ -50,31 +56,37 @@ class Lake:
 
     @property
     def local(self) -> bool:
-        return storage(self.root) == "local"
+        return self.root.local
 
-    # -- where tables live ---------------------------------------------------------------------
+    # -- where tables live (as the text delta-rs and the engines take) -------------------------
+    def _at(self, *parts: str) -> str:
+        place = self.root
+        for part in parts:
+            place = place / part
+        return str(place)
+
     @property
     def state_path(self) -> str:
-        return f"{self.root}/_state/checkpoint"
+        return self._at("_state", "checkpoint")
 
     def snapshot_path(self, db: str, table: str) -> str:
-        return f"{self.root}/bronze/_snapshot/{source_dir(db, table)}"
+        return self._at("bronze", "_snapshot", source_dir(db, table))
 
     def changes_path(self, db: str, table: str) -> str:
-        return f"{self.root}/bronze/_changes/{source_dir(db, table)}"
+        return self._at("bronze", "_changes", source_dir(db, table))
 
     @property
     def statements_path(self) -> str:
-        return f"{self.root}/bronze/_binlog"
+        return self._at("bronze", "_binlog")
 
     def silver_path(self, name: str) -> str:
-        return f"{self.root}/silver/{name}"
+        return self._at("silver", name)
 
     def history_path(self, name: str) -> str:
-        return f"{self.root}/silver/{name}_history"
+        return self._at("silver", f"{name}_history")
 
     def staging_path(self, name: str) -> str:
-        return f"{self.root}/_staging/{name}"
+        return self._at("_staging", name)
 
     def first_version_path(self, name: str) -> str:
-        return f"{self.root}/_first/{name}"
+        return self._at("_first", name)

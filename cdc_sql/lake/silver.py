@@ -12,9 +12,9 @@ to print the steps, and need no Spark.
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 
@@ -39,11 +39,12 @@ log = logging.getLogger("cdc_sql")
 ENGINE_COLUMNS = ("_cdc_offset", "_cdc_op", "_cdc_ts")
 HISTORY_COLUMNS = ("_cdc_op", "_cdc_valid_from", "_cdc_valid_from_ts", "_cdc_valid_to",
                    "_cdc_valid_to_ts", "_cdc_current")
-# Commits after our recorded version that need no one's attention: compaction and vacuum (same
-# content), and our own schema changes and MERGEs (a run that died before its state commit;
-# replaying a window is harmless, however often it happened).
-CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", EVOLVE_MARK, OWN_MERGE,
-                      RESNAPSHOT_MARK)
+# Commits after our recorded version that need no one's attention: compaction, vacuum and
+# table properties (same content: e.g. deletion vectors or column mapping turned on), and our
+# own schema changes and MERGEs (a run that died before its state commit; replaying a window
+# is harmless, however often it happened).
+CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES",
+                      "UPGRADE PROTOCOL", EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK)
 
 
 @dataclass(frozen=True)
@@ -133,14 +134,26 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
     return SilverPlan(spec, tuple(sources), projection, key_texts)
 
 
-def silver_plans(pipeline, view) -> list[SilverPlan]:
+def silver_plans(pipeline, view, kept: dict[str, set[str]] | None = None) -> list[SilverPlan]:
     """Every table of the pipeline planned over the source tables `view` found for it, with
-    the foreign-key cascades it applies."""
+    the foreign-key cascades it applies. `kept`: per silver table with `on_schema_change:
+    ignore_new_columns` that exists, its columns: source columns added since stay out."""
     plans = [plan_silver(spec, tables, pipeline.file, i)
              for i, (spec, tables) in enumerate(zip(pipeline.tables, view.tables))]
+    plans = [without_new_columns(plan, (kept or {}).get(plan.spec.name)) for plan in plans]
     applied, _ = _cascades(plans, view)
     return [replace(plan, cascades=applied.get(plan.sources[0].qualified, ())) if plan.as_is
             else plan for plan in plans]
+
+
+def without_new_columns(plan: SilverPlan, columns: set[str] | None) -> SilverPlan:
+    """The plan without the output columns silver does not have (`columns`: silver's, None
+    when it does not exist yet), for `on_schema_change: ignore_new_columns`."""
+    if columns is None or plan.spec.on_schema_change != "ignore_new_columns":
+        return plan
+    chosen = tuple(c for c in plan.projection.columns
+                   if c[1] in columns or c[1] in plan.projection.key)
+    return replace(plan, projection=replace(plan.projection, columns=chosen))
 
 
 def cascade_warnings(plans: list[SilverPlan], view) -> list[str]:
@@ -199,6 +212,14 @@ def cascade_parents(plans: list[SilverPlan]) -> dict[str, list[str]]:
     """Silver table -> the db.table names whose cascades it applies."""
     return {plan.spec.name: sorted({fk.parent for fk in plan.cascades}) for plan in plans
             if plan.cascades}
+
+
+def carries(plans: list[SilverPlan], source: str, column: str) -> bool:
+    """Every silver table reading `source` (db.table) holds its `column` as it is, so rows can
+    be removed from silver by that column's values (a partition's rows: apply_truncates)."""
+    readers = [p for p in plans if any(s.qualified == source for s in p.sources)]
+    return bool(readers) and all((quote(column), column) in p.projection.columns
+                                 for p in readers)
 
 
 def _shard_difference(first: SourceTable, other: SourceTable) -> str:
@@ -291,7 +312,7 @@ class Facts:
         return renamed_columns(self.statements.get(source, ()))
 
 
-STATEMENT_OPS = ("ddl", "truncate", "no_fk_checks")
+STATEMENT_OPS = ("ddl", "truncate", "delete", "no_fk_checks")
 
 
 def read_statements(lake) -> list[tuple]:
@@ -528,7 +549,7 @@ def run_batch(lake, plan: SilverPlan, window: Window, statements: list[tuple] | 
             if not any(_references(later, step.name) for later in steps[n + 1:]
                        if later.kind != "view"):
                 continue  # sent with the view that reads it
-            _define_view(lake.spark, step, [s for s in steps[:n] if s.kind == "view"])
+            _define_view(lake.engine, step, [s for s in steps[:n] if s.kind == "view"])
             log.debug("silver %s: %s in %.3fs", plan.spec.name, step.title.split(":")[0],
                       time.monotonic() - started)
             continue
@@ -572,10 +593,10 @@ def cascade_rows(lake, plan: SilverPlan, window: Window, statements: list[tuple]
         if not lake.tables.exists(path):
             continue
         fk = next(f for f in plan.cascades if f.parent_table == parent_table)
-        rows = spark.sql(render("cascade_parent_changes",
-                                key=", ".join(quote(k) for k in fk.referenced),
-                                bronze_changes=table_ref(path)),
-                         args={"after": window.after, "upto": window.upto}).collect()
+        rows = lake.engine.sql(render("cascade_parent_changes",
+                                      key=", ".join(quote(k) for k in fk.referenced),
+                                      bronze_changes=table_ref(path)),
+                               {"after": window.after, "upto": window.upto}).collect()
         unchecked = {_event_of(offset) for db, tbl, op, offset, _, _ in statements
                      if op == "no_fk_checks" and (db, tbl) == parent_table}
         stamps.update((row["_cdc_offset"], row["_cdc_ts"]) for row in rows)
@@ -627,7 +648,7 @@ def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tup
         if step.kind == "splits":
             _execute(lake, step)
         else:
-            _define_view(spark, step, [s for s in steps[:n] if s.kind == "view"])
+            _define_view(lake.engine, step, [s for s in steps[:n] if s.kind == "view"])
     parts = [spark.table(s.name) for s in steps if s.kind == "view"]
     silver = lake.silver_path(name)
     if not (window.first or window.replace) and lake.tables.exists(silver):
@@ -638,8 +659,9 @@ def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tup
         columns = ", ".join(quote(c) if c in present else
                             f"CAST(NULL AS {schema[c].dataType.simpleString()}) AS {quote(c)}"
                             for c in _row_columns(source, schema.names))
-        parts.append(spark.sql(render("cascade_silver_rows", columns=columns, silver=quote(view)),
-                               args={"source_table": source.qualified}))
+        parts.append(lake.engine.sql(render("cascade_silver_rows", columns=columns,
+                                            silver=quote(view)),
+                                     {"source_table": source.qualified}))
     versions = parts[0]
     for part in parts[1:]:
         versions = versions.unionByName(part)
@@ -697,7 +719,7 @@ def _references(step: Step, name: str) -> bool:
     return any(quote(name) in text for text in (step.sql, step.unique_check, step.as_is))
 
 
-def _define_view(spark, step: Step, earlier: list[Step]) -> None:
+def _define_view(engine, step: Step, earlier: list[Step]) -> None:
     """A view in one round trip with the earlier views it reads (as WITH clauses): each
     round trip to the engine costs 7-10 ms, most of a small table's batch. Parameters of
     different views that share a name and differ in value are renamed apart."""
@@ -725,7 +747,7 @@ def _define_view(spark, step: Step, earlier: list[Step]) -> None:
     sql = bind(step)
     if ctes:
         sql = f"WITH {', '.join(ctes)}\n{sql}"
-    spark.sql(sql, args=args or None).createOrReplaceTempView(step.name)
+    engine.sql(sql, args).createOrReplaceTempView(step.name)
 
 
 def _execute(lake, step: Step) -> int | None:
@@ -737,7 +759,7 @@ def _execute(lake, step: Step) -> int | None:
             .createOrReplaceTempView(step.name)
     elif step.kind == "append":
         if not lake.tables.exists(step.name):
-            rows = spark.sql(step.sql, args=step.args or None)
+            rows = lake.engine.sql(step.sql, step.args)
             create(lake, step.name, rows)  # the commit that creates silver holds the rows
     elif step.kind == "replace":
         lake.engine.replace(spark.sql(step.sql), step.name, RESNAPSHOT_MARK)
@@ -750,10 +772,10 @@ def _execute(lake, step: Step) -> int | None:
             # and staging costs another 0.2-0.5 s.
             spark.sql(step.as_is).createOrReplaceTempView(step.view)
             return rows
-        _staged(lake, step.name, spark.sql(step.sql, args=step.args or None)) \
+        _staged(lake, step.name, lake.engine.sql(step.sql, step.args)) \
             .createOrReplaceTempView(step.view)
     else:
-        spark.sql(step.sql, args=step.args or None).collect()
+        lake.engine.sql(step.sql, step.args).collect()
     return None
 
 
@@ -790,23 +812,31 @@ def create(lake, path: str, rows) -> None:
 
 def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
     """Rows a TRUNCATE in the window removed leave silver (the MERGE kept later changes), and
-    their history versions end there."""
+    their history versions end there; so do the rows of partitions a TRUNCATE or DROP
+    PARTITION removed (op `delete`: the statement and the conditions on the partitioning
+    column that say which rows, source/partitions.py), where silver's row at that offset was
+    still the one the partition held."""
     for source in plan.sources:
-        truncates = [(offset, ts) for op, offset, ts, _ in facts.statements.get(source.qualified, ())
-                     if op == "truncate"]
-        if not truncates:
-            continue
-        truncated_at, truncated_ts = truncates[-1]
-        Offset.parse(truncated_at)  # ours, as written by capture
+        found = facts.statements.get(source.qualified, ())
+        truncates = [(offset, ts) for op, offset, ts, _ in found if op == "truncate"]
+        removals = [(offset, ts, where) for op, offset, ts, statement in found
+                    if op == "delete" and not (truncates and offset < truncates[-1][0])
+                    for where in json.loads(statement)["where"]]
+        if truncates:
+            removals.insert(0, (*truncates[-1], []))
         shard = [("_cdc_source_table", "=", source.qualified)] if plan.sharded else []
-        lake.tables.delete_rows(lake.silver_path(plan.spec.name),
-                                [("_cdc_offset", "<", truncated_at), *shard])
-        if plan.spec.history:
-            lake.tables.update_rows(
-                lake.history_path(plan.spec.name),
-                {"_cdc_valid_to": truncated_at, "_cdc_current": False,
-                 "_cdc_valid_to_ts": truncated_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
-                [("_cdc_current", "=", True), ("_cdc_valid_from", "<", truncated_at), *shard])
+        for removed_at, removed_ts, where in removals:
+            Offset.parse(removed_at)  # ours, as written by capture
+            conditions = [(column, op, value) for column, op, value in where]
+            lake.tables.delete_rows(lake.silver_path(plan.spec.name),
+                                    [("_cdc_offset", "<", removed_at), *conditions, *shard])
+            if plan.spec.history:
+                lake.tables.update_rows(
+                    lake.history_path(plan.spec.name),
+                    {"_cdc_valid_to": removed_at, "_cdc_current": False,
+                     "_cdc_valid_to_ts": removed_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
+                    [("_cdc_current", "=", True), ("_cdc_valid_from", "<", removed_at),
+                     *conditions, *shard])
 
 
 def evolve(lake, path: str, plan: SilverPlan, changes_schema,
@@ -882,9 +912,7 @@ def _staged(lake, staging: str, df):
     a query may evaluate it more than once (Sail 0.7 does: 4.3 s instead of 1.5 s for 200k
     changes), and a history batch reads the table it merges into. A crash after staging just
     stages again."""
-    if lake.local:  # a fresh table each time: Sail cannot overwrite one whose schema gains a
-        shutil.rmtree(staging, ignore_errors=True)  # column with a table feature
-    df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(staging)
+    lake.engine.stage(df, staging)
     return lake.engine.read(staging)
 
 

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from cdc_sql import faults
 from cdc_sql.lake import first_version
-from cdc_sql.lake.tables import storage
+from cdc_sql.lake.tables import choose, storage
 from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
 
@@ -55,8 +55,13 @@ MERGE_PER_SILVER_BYTE = 9
 SNAPSHOT_BYTES = 16 * 2**20
 
 
-def plan_unsuitable(plan) -> str | None:
+SQL_ONLY = "engine.sql_only (--sql-only): every window through the engine's SQL"
+
+
+def plan_unsuitable(plan, sql_only: bool = False) -> str | None:
     """Why no window of the table may be merged here; None when some may."""
+    if sql_only:
+        return SQL_ONLY
     if not plan.as_is or plan.spec.history or plan.cascades:
         return "not a plain table (a projection, shards, history or cascades)"
     if plan.key_texts or plan.key_nullable:
@@ -67,11 +72,21 @@ def plan_unsuitable(plan) -> str | None:
     return None
 
 
+def route(plan, engine_mode: str, silver: str, sql_only: bool = False) -> str | None:
+    """Why every window of the table goes through the engine's SQL, known before any run
+    (`cdc-sql plan`); None when a window may be merged here, by what it holds and its size."""
+    reason = plan_unsuitable(plan, sql_only)
+    if reason is None and choose(engine_mode, silver) != "delta-rs":
+        reason = (f"engine mode `{engine_mode}`: the lake's tables are the engine's to write "
+                  f"(delta-rs in this process may not reach its storage)")
+    return reason
+
+
 def engine_wanted(lake, plans) -> bool:
     """Whether some table's windows go through the engine whatever their size, so that it is
     worth starting while the source is read. Otherwise it starts on first use, if ever: a run
     of plain tables on a local path seldom needs it (a window past the memory budget, a DDL)."""
-    return any(plan_unsuitable(plan) is not None or
+    return any(plan_unsuitable(plan, lake.sql_only) is not None or
                storage(lake.silver_path(plan.spec.name)) != "local" for plan in plans)
 
 
@@ -81,16 +96,16 @@ def written_ahead(lake, plans) -> dict[str, list[first_version.Target]]:
     found: dict[str, list[first_version.Target]] = {}
     for plan in plans:
         silver = lake.silver_path(plan.spec.name)
-        if plan_unsuitable(plan) is None and storage(silver) == "local" and \
+        if plan_unsuitable(plan, lake.sql_only) is None and storage(silver) == "local" and \
                 lake.tables.merges_here(silver) and not lake.tables.exists(silver):
             found.setdefault(plan.sources[0].qualified, []).append(first_version.Target(
                 lake.first_version_path(plan.spec.name), silver_schema(plan)))
     return found
 
 
-def unsuitable(plan, window: Window, facts) -> str | None:
+def unsuitable(plan, window: Window, facts, sql_only: bool = False) -> str | None:
     """Why the window must go through the engine's SQL; None when it may be merged here."""
-    reason = plan_unsuitable(plan)
+    reason = plan_unsuitable(plan, sql_only)
     if reason is not None:
         return reason
     if window.replace or (window.splits is not None and not window.first):
@@ -148,10 +163,12 @@ def _digits(text: pa.ChunkedArray, start: int, stop: int) -> pa.ChunkedArray:
 def merged(lake, plan, window: Window, facts) -> bool:
     """Carry the window out here when it may be (see the module's docstring); False when the
     engine's SQL must (it then finds silver created, if this created it)."""
-    reason = unsuitable(plan, window, facts)
+    reason = unsuitable(plan, window, facts, lake.sql_only)
     silver = lake.silver_path(plan.spec.name)
     if reason is None and not lake.tables.merges_here(silver):
-        reason = "delta-rs cannot write this table (or does not reach it)"
+        features = lake.tables.unwritable(silver)
+        reason = f"delta-rs cannot write its features ({', '.join(features)})" if features \
+            else "delta-rs does not reach this table"
     if reason is None and window.first and not lake.tables.exists(silver):
         reason = _create(lake, plan, window, silver)
     if window.first:

@@ -99,6 +99,8 @@ def _kinds(hint: Any) -> tuple[frozenset, Callable | None]:
             (item,) = typing.get_args(option) or (Any,)
             if item is not Any:
                 items = _each(*_kinds(item))
+        elif typing.get_origin(option) is dict or option is dict:
+            kinds.add(dict)  # records of their own (held XA transactions): checked where read
         else:  # JSON numbers: a float field takes an integer; true is no number
             kinds.update({float: (int, float)}.get(option, (option,)))
     return frozenset(kinds), items
@@ -205,6 +207,10 @@ class CaptureEntry(Entry):
     # Source tables ([db, table]; ["", ""] for the statements table) whose bronze tables may
     # hold rows beyond `position`: a batch or a part of a large transaction was being written.
     landing: list[list[str]] = field(default_factory=list)
+    # Prepared XA transactions held back until their XA COMMIT: XID -> {"start": the position
+    # their events begin at, "gtid": the GTID of their prepared part}. Capture reads them again
+    # from there when it resumes, and lands them at their commit (source/binlog.py).
+    held: dict[str, dict] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -1,7 +1,7 @@
 """Where the lake's Delta tables live, and the one interface for what cdc-sql does to them.
 
-`storage(path)` tells a local path from an object store by its scheme, once, for the whole
-target; `choose(engine_mode, path)` then picks who does the table operations:
+`storage(path)` (cdc_sql/location.py) tells a local path from an object store by its scheme, once,
+for the whole target; `choose(engine_mode, path)` then picks who does the table operations:
 
 | target.path                                    | sail, local (JVM)  | remote, active |
 |------------------------------------------------|--------------------|----------------|
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import decimal
 import logging
-import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -30,11 +29,10 @@ from typing import Callable, ContextManager, Iterable, Protocol
 
 import pyarrow as pa
 
+from cdc_sql.location import OBJECT_STORES, storage
 from cdc_sql.sql import quote, string_literal
 
 log = logging.getLogger("cdc_sql")
-OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure")
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 TARGET_FILE_BYTES = 128 * 2**20  # silver files after clustering
 EVOLVE_MARK = "cdc-sql: schema change"  # commit metadata of cdc-sql's own schema changes
 RESNAPSHOT_MARK = "cdc-sql: re-snapshot"  # of a silver table replaced by a re-snapshot
@@ -48,15 +46,7 @@ STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
 SMALL_APPEND = 2**20  # a list of batches of fewer bytes is appended by delta-rs's writer
 STATS_PREFIX = 64  # characters of a string bound kept in file statistics (delta-rs's default)
 COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
-
-
-def storage(path: str) -> str:
-    """'local' for a plain path or file://, else the URL scheme (s3, gs, dbfs, ...)."""
-    match = _SCHEME.match(str(path))
-    if match is None or len(match.group(1)) == 1:  # no scheme (or a Windows drive letter)
-        return "local"
-    scheme = match.group(1).lower()
-    return "local" if scheme == "file" else scheme
+WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly"}  # delta-rs writes these (1.6)
 
 
 def choose(engine_mode: str, path: str) -> str:
@@ -100,6 +90,7 @@ class TableOps(Protocol):
     def cluster(self, path: str, columns: list[str]) -> None: ...
     def key_ranges(self, path: str, column: str) -> list[tuple] | None: ...
     def merges_here(self, path: str) -> bool: ...
+    def unwritable(self, path: str) -> list[str]: ...
     def pinned(self) -> ContextManager[None]: ...
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int: ...
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
@@ -147,7 +138,7 @@ def predicate(where: list[tuple[str, str, object]], quote_name) -> str:
     """Conditions on columns (column, operator, value), values as SQL literals rendered here
     and only here (the same in Spark SQL and DataFusion): Sail 0.7 takes no parameters in a
     DELETE or UPDATE, and delta-rs has none at all."""
-    assert all(op in ("<", "=", "<=", ">", "IS", "IN") for _, op, _ in where)
+    assert all(op in ("<", "=", "<=", ">", ">=", "IS", "IN") for _, op, _ in where)
     return " AND ".join(
         f"{quote_name(c)} IN ({', '.join(literal(x) for x in v)})" if op == "IN" else
         f"{quote_name(c)} {op} {literal(v)}" for c, op, v in where) or "TRUE"
@@ -184,17 +175,18 @@ def each(function, items: Iterable, workers: int = 8) -> None:
 
 
 def writer_properties():
-    """LZ4 for bronze and state: about 10% more snapshot rows/s than Snappy here, and read by
-    every Parquet reader cdc-sql targets (Spark, Sail, delta-rs).
+    """Snappy for what delta-rs writes (bronze, state, clustered silver): JVM Spark's Parquet
+    reader (aircompressor 2.0) rejects some LZ4_RAW pages delta-rs 1.6 writes ("last 5 bytes
+    must be literals"), and Snappy was the faster of the two here anyway.
 
     String bounds in file statistics cut at STATS_PREFIX characters (a maximum raised so it
     stays one), which is what delta-rs does when given no properties at all: properties that
-    leave the length out write every string's bounds whole into the Delta log. With 1-14 MB
-    text values that made each bronze commit's log entry 18-20 MB, which every later reader
-    of the table parses again (15 wide changes: capture 8-11 s and 0.8-1.4 GB)."""
+    leave the length out write every string's bounds whole into the Delta log, so a table of
+    multi-megabyte text values got a log entry of that size per commit, parsed again by every
+    later reader of the table. Figures: docs/performance.md ("Writing bronze")."""
     from deltalake import WriterProperties
 
-    return WriterProperties(compression="LZ4_RAW", max_row_group_size=ROW_GROUP_ROWS,
+    return WriterProperties(compression="SNAPPY", max_row_group_size=ROW_GROUP_ROWS,
                             statistics_truncate_length=STATS_PREFIX)
 
 
@@ -207,7 +199,11 @@ def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Sc
     from deltalake import CommitProperties, write_deltalake
 
     target = table if hasattr(table, "update_incremental") else str(table)
-    write_deltalake(target, pa.RecordBatchReader.from_batches(schema, batches), mode="append",
+    # a list is handed over as Arrow's own reader: delta-rs's threads then pull it without
+    # Python's lock (a stream's batches come from Python, a snapshot's reader)
+    reader = pa.Table.from_batches(batches, schema).to_reader() if isinstance(batches, list) \
+        else pa.RecordBatchReader.from_batches(schema, batches)
+    write_deltalake(target, reader, mode="append",
                     writer_properties=writer_properties(), schema_mode=schema_mode,
                     configuration=configuration,
                     commit_properties=CommitProperties(max_commit_retries=max_commit_retries))
@@ -218,16 +214,27 @@ def stats_configuration(schema: pa.Schema) -> dict | None:
 
     - decimals wider than 64 bits get none: delta-rs 1.6 writes their min/max clamped to
       2^63-1, which breaks data skipping, and Sail 0.7 then even reads a column whose min
-      equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1);
+      equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1); nor do columns
+      of types Delta Spark keeps no statistics of (`_skipping_type`);
     - past 32 columns, cdc-sql's own `_cdc_*` columns come first (windows are read by
       `_cdc_offset`, snapshot rows by split), then the others in order up to 32."""
     wide = {f.name for f in schema if pa.types.is_decimal(f.type) and f.type.precision > 18}
     if not wide and len(schema) <= STATS_COLUMNS:
         return None
-    names = [f.name for f in schema if f.name not in wide]
+    names = [f.name for f in schema if f.name not in wide and _skipping_type(f.type)]
     own = [n for n in names if n.startswith("_cdc_")]
     kept = own + [n for n in names if not n.startswith("_cdc_")][:max(0, STATS_COLUMNS - len(own))]
     return {"delta.dataSkippingStatsColumns": ",".join(quote(n) for n in kept)}
+
+
+def _skipping_type(data_type: pa.DataType) -> bool:
+    """A type Delta Spark keeps statistics of: a column of another type (binary, boolean, ...)
+    named in delta.dataSkippingStatsColumns fails every write there
+    (DELTA_COLUMN_DATA_SKIPPING_NOT_SUPPORTED_TYPE)."""
+    t = pa.types
+    return t.is_integer(data_type) or t.is_floating(data_type) or t.is_decimal(data_type) or \
+        t.is_date(data_type) or t.is_timestamp(data_type) or t.is_string(data_type) or \
+        t.is_large_string(data_type)
 
 
 def stats_properties(schema) -> dict:
@@ -296,13 +303,13 @@ class DeltaRsTables:
             yield entry[1]
 
     def exists(self, path: str) -> bool:
-        from deltalake import DeltaTable
-
         if storage(path) == "local":
             import os
 
             return os.path.isdir(os.path.join(str(path), "_delta_log"))
-        return DeltaTable.is_deltatable(str(path))
+        from cdc_sql.lake import objects
+
+        return objects.has_delta_log(str(path))
 
     def version(self, path: str) -> int | None:
         with self._table(path) as table:
@@ -333,11 +340,11 @@ class DeltaRsTables:
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
         """Rows into a local table of the same columns are written by pyarrow and committed
-        through the open table (lake/parquet_files.py: 500k binlog changes of the benchmark
-        table, capture 2.3-2.4 s before, 2.0 s after), unless they are a list of less than
-        SMALL_APPEND bytes (a state commit, a small table's changes: delta-rs's writer takes
-        6 ms for those, this one 8). Others are written by delta-rs: a list through the open
-        table, a stream opening it itself."""
+        through the open table (lake/parquet_files.py: less CPU than delta-rs's writer for
+        bronze's large change commits), unless they are a list of less than SMALL_APPEND bytes
+        (a state commit, a small table's changes), for which delta-rs's writer is the quicker.
+        Others are written by delta-rs: a list through the open table, a stream opening it
+        itself. Figures: docs/performance.md ("Writing bronze")."""
         exists = self.exists(path)
         small = isinstance(batches, list) and sum(b.nbytes for b in batches) < SMALL_APPEND
         if exists and schema_mode is None and not small and storage(path) == "local" and \
@@ -554,14 +561,23 @@ class DeltaRsTables:
         """Whether delta-rs may MERGE into the table: no feature it cannot write (deletion
         vectors, column mapping, ...: a table an engine created with its own defaults); a
         table not there yet delta-rs creates."""
+        return not self.unwritable(path)
+
+    def unwritable(self, path: str) -> list[str]:
+        """What about the table delta-rs cannot write: its table features outside the few it
+        writes, an older protocol past its versions, or append-only; [] for a table not there
+        yet (delta-rs creates it)."""
         if not self.exists(path):
-            return True
+            return []
         with self._table(path) as table:
             protocol = table.protocol()
             append_only = table.metadata().configuration.get("delta.appendOnly") == "true"
-        return protocol.min_reader_version <= 3 and protocol.min_writer_version <= 7 and \
-            not append_only and set(protocol.reader_features or ()) <= {"timestampNtz"} and \
-            set(protocol.writer_features or ()) <= {"timestampNtz", "invariants", "appendOnly"}
+        found = sorted(set(protocol.reader_features or ()) - {"timestampNtz"} |
+                       set(protocol.writer_features or ()) - WRITES_FEATURES)
+        if protocol.min_reader_version > 3 or protocol.min_writer_version > 7 or \
+                (protocol.writer_features is None and protocol.min_writer_version > 4):
+            found.append(f"protocol {protocol.min_reader_version}/{protocol.min_writer_version}")
+        return found + (["appendOnly"] if append_only else [])
 
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
         """Bytes of the table's data files; `within` (column, after, upto): only of the files
@@ -653,8 +669,13 @@ class SparkTables:
             .option("userMetadata", EVOLVE_MARK).save(str(path))
 
     def add_columns(self, path: str, fields: list) -> None:
-        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
-        self._marked_sql(f"ALTER TABLE {table_ref(path)} ADD COLUMNS ({columns})")
+        """ALTER TABLE ADD COLUMNS, or where the engine has none (Sail, which also ignores an
+        empty schema-merging append), the table rewritten with the columns in one commit."""
+        statement = self.engine.add_columns_sql(table_ref(path), fields)
+        if statement is not None:
+            self._marked_sql(statement)
+        else:
+            self.reshape(path, {}, [(f.name, f.dataType, None) for f in fields])
 
     def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
         from pyspark.sql import functions as F
@@ -682,7 +703,13 @@ class SparkTables:
         ref = table_ref(path)
         if compact:
             self.spark.sql(f"OPTIMIZE {ref}").collect()
-        self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
+        # Delta refuses a retention under a week unless told to: cdc-sql's is the user's choice
+        check = "spark.databricks.delta.retentionDurationCheck.enabled"
+        self.spark.conf.set(check, "false")
+        try:
+            self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
+        finally:
+            self.spark.conf.unset(check)
         return {}
 
     def key_ranges(self, path: str, column: str) -> list[tuple] | None:
@@ -690,6 +717,9 @@ class SparkTables:
 
     def merges_here(self, path: str) -> bool:
         return False  # the engine's storage: only its own MERGE
+
+    def unwritable(self, path: str) -> list[str]:
+        return []  # the engine writes whatever it reads
 
     def pinned(self) -> ContextManager[None]:
         return nullcontext()  # every read goes to the engine
@@ -729,5 +759,43 @@ class SparkTables:
             self.spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
 
 
+class WithFallback:
+    """delta-rs's table operations, except that a change to a table asking for features
+    delta-rs cannot write (deletion vectors or column mapping, which Databricks turns on for
+    new tables and a user may turn on for silver) goes through the engine's Spark SQL. Reads
+    stay with delta-rs, which reads those features. Each table's features are said once."""
+
+    ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
+              "cluster", "overwrite_arrow", "reset")
+
+    def __init__(self, tables: DeltaRsTables, engine):
+        self._tables, self._engine, self._said = tables, engine, set()
+
+    def unwritable(self, path: str) -> list[str]:
+        features = self._tables.unwritable(path)
+        if features and path not in self._said:
+            self._said.add(path)
+            log.info("%s asks for %s, which delta-rs cannot write: its MERGEs and changes go "
+                     "through the engine", path, ", ".join(features))
+        return features
+
+    def merges_here(self, path: str) -> bool:
+        return not self.unwritable(path)
+
+    def __getattr__(self, name: str):
+        method = getattr(self._tables, name)
+        if name not in self.ROUTED:
+            return method
+
+        def routed(path: str, *args, **kwargs):
+            if not self.unwritable(path):
+                return method(path, *args, **kwargs)
+            return getattr(SparkTables(self._engine), name)(path, *args, **kwargs)
+
+        return routed
+
+
 def table_ops(engine, root: str) -> TableOps:
-    return DeltaRsTables() if choose(engine.mode, root) == "delta-rs" else SparkTables(engine)
+    if choose(engine.mode, root) == "delta-rs":
+        return WithFallback(DeltaRsTables(), engine)  # type: ignore[return-value]
+    return SparkTables(engine)

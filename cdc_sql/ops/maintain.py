@@ -27,7 +27,7 @@ log = logging.getLogger("cdc_sql")
 
 def maintain(engine, pipeline, retention_hours: float | None = None,
              now: dt.datetime | None = None) -> dict:
-    lake = Lake.open(engine, str(pipeline.root))
+    lake = Lake.open(engine, pipeline.root)
     retention = pipeline.target.retention_hours if retention_hours is None else retention_hours
     cutoff = ((now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(hours=retention)) \
         .isoformat(sep=" ", timespec="microseconds")

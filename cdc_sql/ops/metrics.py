@@ -1,7 +1,8 @@
 """Metrics of each run, for dashboards and alerts: `<target>/_metrics/run-<id>.json` (the run
 summary, every bronze and silver commit with its rows and seconds, per-table lag) and
 `<target>/_metrics/cdc_sql.prom`, the latest run in Prometheus text format (point node_exporter's
-textfile collector at the directory). Remote targets (s3://...) get the JSON as a log line.
+textfile collector at the directory). On an object store both are objects under the target
+(each put is atomic); targets only the engine reaches (dbfs:/...) get the JSON as a log line.
 """
 from __future__ import annotations
 
@@ -11,15 +12,13 @@ import os
 from pathlib import Path
 
 from cdc_sql.ops import status
-from cdc_sql.lake.tables import storage
 
 log = logging.getLogger("cdc_sql")
 MAX_BATCHES = 1000  # commits kept per run in the metrics file
 
 
 def metrics_dir(pipeline) -> Path | None:
-    root = str(pipeline.root)
-    return Path(root) / "_metrics" if storage(root) == "local" else None
+    return Path(pipeline.root) / "_metrics" if pipeline.root.local else None
 
 
 def write_run(pipeline, run, batches: list[dict], checkpoint) -> dict:
@@ -29,13 +28,21 @@ def write_run(pipeline, run, batches: list[dict], checkpoint) -> dict:
     document = {"pipeline": pipeline.name, **run.to_json(), "batches": batches,
                 "tables": [{k: t[k] for k in ("name", "phase", "applied_offset", "lag_bytes",
                                               "lag_seconds")} for t in tables]}
+    files = {f"run-{run.run_id}.json": json.dumps(document, indent=2),
+             "cdc_sql.prom": prometheus(document)}
     directory = metrics_dir(pipeline)
-    if directory is None:
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            _write_atomically(directory / name, text)
+    elif pipeline.root.object_store:
+        from cdc_sql.lake import objects
+
+        store = objects.store(pipeline.root)
+        for name, text in files.items():
+            objects.overwrite(store, f"_metrics/{name}", text.encode())
+    else:
         log.info("metrics %s", json.dumps(document))
-        return document
-    directory.mkdir(parents=True, exist_ok=True)
-    _write_atomically(directory / f"run-{run.run_id}.json", json.dumps(document, indent=2))
-    _write_atomically(directory / "cdc_sql.prom", prometheus(document))
     return document
 
 

@@ -73,6 +73,8 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
            "captured_gtid": capture.gtid if capture else None,
            "captured_server": capture.server if capture else None,
            "captured_lag_bytes": _lag(position, end, logs),
+           "xa_held": {xid: held["start"] for xid, held in sorted(capture.held.items())}
+           if capture else {},
            "last_run": last.to_json() if last else None, "tables": []}
     splits, again = {}, {}
     for entries, found in ((checkpoint.all_splits(), splits), (checkpoint.resnapshots(), again)):
@@ -128,6 +130,9 @@ def render(status: dict) -> str:
         lines.append(f"{t['name']:<24} {t['phase']:<10} {t['splits_done']:>4}/{t['splits_total']:<4} "
                      f"{t['snapshot_rows']:>11,}  {t['applied_offset'] or '-':<26} "
                      f"{_bytes(t['lag_bytes']):>9} {lag_s:>7}")
+    for xid, start in (status.get("xa_held") or {}).items():
+        lines.append(f"XA transaction {xid}: prepared at {start}, held back until its XA "
+                     f"COMMIT (silver gets its rows then, none if it rolls back)")
     for t in status["tables"]:
         if t.get("resnapshot"):
             lines.append(f"{t['name']}: re-snapshot since {t['resnapshot']['since']} "

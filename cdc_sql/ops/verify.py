@@ -25,7 +25,7 @@ from cdc_sql.ops.checksum import (FLOAT32_EPSILON, Buckets, Output, mysql_float,
 from cdc_sql.config.model import Pipeline, Table
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import SilverPlan, plan_silver
+from cdc_sql.lake.silver import SilverPlan, plan_silver, without_new_columns
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable, read_tables
 from cdc_sql.source.values import normalize
@@ -59,7 +59,7 @@ class TableReport:
 def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableReport:
     """Checksums per bucket on both sides; row-by-row diffs only for differing buckets."""
     report = TableReport(table.name)
-    lake = Lake.open(engine, str(pipeline.root))
+    lake = Lake.open(engine, pipeline.root)
     if not lake.tables.exists(lake.silver_path(table.name)):
         report.differing.append("silver")
         report.details.append("there is no silver table yet: run the pipeline first")
@@ -93,7 +93,7 @@ def _verify_source(lake, pipeline, plan: SilverPlan, source: SourceTable, types:
     silver_sql = _silver_rows_sql(lake, plan)
     sql, args = spark_summary(silver_sql, outputs, buckets)
     args["source_table"] = source.qualified
-    actual = {row[0]: tuple(row[1:]) for row in engine.spark.sql(sql, args=args).collect()}
+    actual = {row[0]: tuple(row[1:]) for row in engine.sql(sql, args).collect()}
     report.buckets += buckets.total
     report.source_rows += sum(v[0] for v in expected.values())
     report.silver_rows += sum(v[0] for v in actual.values())
@@ -134,10 +134,10 @@ def _bucket_diff(engine, plan, outputs: list[Output], buckets: Buckets, bucket: 
                 f"WHERE {buckets.mysql(cur.connection.escape)} = {int(bucket)}")
     want = _by_key(cur.fetchall(), len(key))
     condition, args = buckets.spark()
-    rows = engine.spark.sql(
+    rows = engine.sql(
         f"SELECT {', '.join(spark_text(o) for o in [*key, *texts])}"
         f"{''.join(', ' + spark_float(o) for o in floats)} FROM ({silver_sql}) AS cdc_rows "
-        f"WHERE {condition} = {int(bucket)}", args={**args, "source_table": source}).collect()
+        f"WHERE {condition} = {int(bucket)}", {**args, "source_table": source}).collect()
     have = _by_key([tuple(r) for r in rows], len(key))
     names = [o.name for o in texts] + [o.name for o in floats]
     return describe_rows(want, have, [o.name for o in key], names,
@@ -214,9 +214,13 @@ def _first_difference(a: tuple, b: tuple, names, float_types):
 
 def compare_table(engine, pipeline: Pipeline, table: Table) -> str:
     """'' when silver equals the source after projection; else a short description."""
+    lake = Lake.open(engine, pipeline.root)
+    path = lake.silver_path(table.name)
     with _source(pipeline) as cur:
         sources = read_tables(cur, [table])[0]
-        plan = plan_silver(table, sources, pipeline.file, pipeline.tables.index(table))
+        plan = without_new_columns(
+            plan_silver(table, sources, pipeline.file, pipeline.tables.index(table)),
+            set(lake.tables.schema(path).names) if lake.tables.exists(path) else None)
         expected = []
         for source in sources:
             sql, columns = _source_query(table, source, [n for _, n in plan.projection.columns])
@@ -226,8 +230,7 @@ def compare_table(engine, pipeline: Pipeline, table: Table) -> str:
                 expected.append(values + ([source.qualified] if plan.sharded else []))
     names = [name for _, name in plan.projection.columns] + (
         ["_cdc_source_table"] if plan.sharded else [])
-    lake = Lake.open(engine, str(pipeline.root))
-    silver = engine.read(lake.silver_path(table.name)).select(*names)
+    silver = engine.read(path).select(*names)
     float_columns = {f.name for f in silver.schema.fields if f.dataType.typeName() == "float"}
     silver_rows = [[row[n] for n in names] for row in silver.toArrow().to_pylist()]
     return _diff(names, expected, silver_rows, float_columns, plan.row_key)

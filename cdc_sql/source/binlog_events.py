@@ -9,10 +9,12 @@ DDL. Row images themselves are decoded by rows.py.
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass, field
 
 # Event types
 QUERY, STOP, ROTATE, FORMAT_DESCRIPTION, XID = 2, 3, 4, 15, 16
+BEGIN_LOAD_QUERY, EXECUTE_LOAD_QUERY, XA_PREPARE = 17, 18, 38
 TABLE_MAP, HEARTBEAT, ROWS_QUERY = 19, 27, 29
 WRITE_V1, UPDATE_V1, DELETE_V1 = 23, 24, 25
 WRITE_V2, UPDATE_V2, DELETE_V2 = 30, 31, 32
@@ -24,6 +26,9 @@ ARTIFICIAL = 0x20  # LOG_EVENT_ARTIFICIAL_F: made up by the server, not in the b
 NO_FOREIGN_KEY_CHECKS = 0x0002  # a rows event's flag: written with foreign_key_checks=0
 MARIADB_COMPRESSED_QUERY = 165
 MARIADB_COMPRESSED_ROWS = range(166, 172)
+# MariaDB's compressed rows events and the plain ones they stand for (V1: 166-168, V2: 169-171)
+_UNCOMPRESSED = {166: 23, 167: 24, 168: 25, 169: 30, 170: 31, 171: 32}
+MARIADB_PREPARED_XA, MARIADB_COMPLETED_XA = 0x40, 0x80  # GTID event flags
 ROWS_EVENTS = {WRITE_V1: "c", UPDATE_V1: "u", DELETE_V1: "d",
                WRITE_V2: "c", UPDATE_V2: "u", DELETE_V2: "d"}
 
@@ -234,14 +239,58 @@ class Query:
     error_code: int = 0
 
 
-def parse_query(body: memoryview) -> Query:
+def parse_query(body: memoryview, type_: int = QUERY) -> Query:
+    """A query event, a MariaDB compressed one (the statement zlib-compressed), or the
+    statement of a LOAD DATA written in statement form (EXECUTE_LOAD_QUERY: 13 more bytes of
+    post-header: file id, start and end of the file name, duplicate handling)."""
     data = bytes(body)
     db_len = data[8]
     error_code, status_len = struct.unpack_from("<HH", data, 9)
-    pos = 13 + status_len
+    pos = 13 + (13 if type_ == EXECUTE_LOAD_QUERY else 0) + status_len
     schema = data[pos:pos + db_len].decode("utf-8", "replace")
-    statement = data[pos + db_len + 1:].decode("utf-8", "replace")
-    return Query(schema, statement, error_code)
+    text = data[pos + db_len + 1:]
+    if type_ == MARIADB_COMPRESSED_QUERY:
+        text = uncompress(text)
+    return Query(schema, text.decode("utf-8", "replace"), error_code)
+
+
+def uncompress(data: bytes) -> bytes:
+    """MariaDB's compressed binlog payload (log_bin_compress): a header byte (0x80, and in its
+    low three bits how many bytes of big-endian length follow), the length, then zlib."""
+    if not data or not data[0] & 0x80:
+        raise EventError("a compressed binlog event without its compression header")
+    width = data[0] & 0x07
+    length = int.from_bytes(data[1:1 + width], "big")
+    try:
+        out = zlib.decompress(data[1 + width:])
+    except zlib.error as exc:
+        raise EventError(f"a compressed binlog event that zlib cannot read: {exc}") from None
+    if len(out) != length:
+        raise EventError(f"a compressed binlog event of {len(out)} bytes, {length} announced")
+    return out
+
+
+def uncompressed_rows(type_: int, body: memoryview) -> tuple[int, bytes]:
+    """A MariaDB compressed rows event as the plain rows event it stands for: (type, body).
+    The header, the column count and the column bitmaps are as they are; the row images
+    after them are compressed."""
+    plain = _UNCOMPRESSED[type_]
+    start = parse_rows_header(body, plain).start
+    count, pos = packed_int(body, start)
+    pos += (count + 7) // 8 * (2 if plain in (UPDATE_V1, UPDATE_V2) else 1)
+    return plain, bytes(body[:pos]) + uncompress(bytes(body[pos:]))
+
+
+def parse_xa_prepare(body: memoryview) -> tuple[bool, str]:
+    """XA_PREPARE_LOG_EVENT: (one phase, the XID as XA COMMIT names it: X'gtrid',X'bqual',n)."""
+    one_phase = bool(body[0])
+    format_id, gtrid, bqual = struct.unpack_from("<iii", body, 1)
+    data = bytes(body[13:13 + gtrid + bqual])
+    return one_phase, xid_text(format_id, data[:gtrid], data[gtrid:])
+
+
+def xid_text(format_id: int, gtrid: bytes, bqual: bytes) -> str:
+    return f"X'{gtrid.hex()}',X'{bqual.hex()}',{format_id}"
 
 
 def parse_rotate(body: memoryview) -> tuple[str, int]:
@@ -254,6 +303,7 @@ class Gtid:
     text: str             # MariaDB domain-server-seq, or MySQL uuid:n
     mariadb: bool
     standalone: bool = False  # MariaDB: no BEGIN/COMMIT follows (DDL, non-transactional)
+    xa: bool = False  # MariaDB: an XA transaction's prepared part (XA START ... XA PREPARE)
     domain: int = 0
     server_id: int = 0
     seq: int = 0
@@ -261,7 +311,8 @@ class Gtid:
 
 def parse_mariadb_gtid(body: memoryview, server_id: int) -> Gtid:
     seq, domain, flags = struct.unpack_from("<QIB", body, 0)
-    return Gtid(f"{domain}-{server_id}-{seq}", True, bool(flags & 1), domain, server_id, seq)
+    return Gtid(f"{domain}-{server_id}-{seq}", True, bool(flags & 1),
+                bool(flags & MARIADB_PREPARED_XA), domain, server_id, seq)
 
 
 def parse_mysql_gtid(body: memoryview) -> Gtid:

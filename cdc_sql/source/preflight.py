@@ -45,10 +45,15 @@ class SourceView:
     base: int = 0      # (source/failover.py); set by the run once it knows where it resumes
     foreign_keys: list[ForeignKey] = field(default_factory=list)  # cascading, into captured
     gtids: bool = True  # transactions carry GTIDs (always on MariaDB; MySQL gtid_mode=ON)
+    # The binlog end read just after the tables' definitions: they hold every DDL up to here
+    # (partition layouts, source/binlog.py). Kept when `end` is moved on.
+    read_at: Position | None = None
 
     @property
     def source_tables(self) -> list[SourceTable]:
-        return [t for tables in self.tables for t in tables]
+        """Every captured source table once, however many pipeline tables read it (its bronze
+        tables are created once: two creations of one table at once conflict on Delta Spark)."""
+        return list({t.qualified: t for tables in self.tables for t in tables}.values())
 
 
 def inspect_source(pipeline) -> SourceView:
@@ -72,7 +77,7 @@ def inspect_source(pipeline) -> SourceView:
                                 "binlog positions, which group commit can make unsafe under "
                                 "heavy writes; turn GTIDs on for exact watermarks")
     return SourceView(mariadb, tables, end, first_binlog, warnings,
-                      foreign_keys=foreign_keys, gtids=gtids)
+                      foreign_keys=foreign_keys, gtids=gtids, read_at=end)
 
 
 def read_foreign_keys(cur, tables: list[SourceTable]) -> list[ForeignKey]:

@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from cdc_sql.config.model import matching
 from cdc_sql.errors import SourceError
+from cdc_sql.source.partitions import Partitioning, read_partitioning
 
 KEY_TEXT_PREFIX = "_cdc_key_"
 _ARROW = {"BYTE": pa.int8(), "SHORT": pa.int16(), "INT": pa.int32(), "LONG": pa.int64(),
@@ -61,6 +62,26 @@ class SourceTable:
     columns: tuple[Column, ...]
     key: tuple[str, ...]
     key_nullable: bool = False  # a declared `primary_key:` may have NULLs; a real key has none
+    partitioning: Partitioning | None = None
+    # WITH SYSTEM VERSIONING: the column whose value tells a current row (its greatest value)
+    # from a history row, and whether it is hidden (the implicit `row_end`, not a column of the
+    # contract); "" for a table without versioning.
+    row_end: str = ""
+    row_end_hidden: bool = False
+    # Where the key comes from: "" for the primary key, the name of the unique index on NOT
+    # NULL columns used where there is none, or "declared" (the pipeline's `primary_key:`).
+    key_index: str = ""
+
+    @property
+    def key_origin(self) -> str:
+        """The key and where it comes from, as validate, plan and init say it."""
+        columns = ", ".join(self.key)
+        if self.key_index == "declared":
+            return f"{columns} (declared primary_key: the table has no primary key)"
+        if self.key_index:
+            return (f"{columns} (the unique index `{self.key_index}` on NOT NULL columns: the "
+                    f"table has no primary key)")
+        return columns
 
     @property
     def qualified(self) -> str:
@@ -120,12 +141,17 @@ def spark_type(c: Column) -> str:
     return "STRING"  # char, varchar, text, enum, set, json, time
 
 
+# Tables whose rows cdc-sql captures: plain ones, and MariaDB's system-versioned ones (their
+# current rows; the history rows the server writes beside them are left out).
+TABLE_TYPES = "('BASE TABLE', 'SYSTEM VERSIONED')"
+
+
 def read_tables(cur, table_specs: list) -> list[list[SourceTable]]:
     """Per pipeline table, every base table matching its `source`, with columns and key (the
     source's tables listed once)."""
     cur.execute(
-        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
-        "'BASE TABLE' AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', "
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE IN "
+        f"{TABLE_TYPES} AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', "
         "'performance_schema', 'sys') ORDER BY TABLE_SCHEMA, TABLE_NAME")
     return [[read_table(cur, db, name, spec.primary_key) for db, name in names]
             for spec, names in zip(table_specs, matching(table_specs, list(cur.fetchall())))]
@@ -144,7 +170,10 @@ def read_table(cur, db: str, name: str, declared_key: list[str] | tuple[str, ...
         for n, dt, ct, p, s, f, length, _ in rows
     )
     nullable = {n for n, *_, is_null in rows if is_null == "YES"}
-    key = _key(cur, db, name, nullable) or tuple(declared_key)
+    found, index = _key(cur, db, name, nullable)
+    if index != "PRIMARY" and declared_key:  # what the pipeline says wins over an index
+        found, index = tuple(declared_key), "declared"
+    key = found
     if not key:
         raise SourceError(
             f"table {db}.{name} has no primary key and no unique NOT NULL key: declare the "
@@ -153,11 +182,37 @@ def read_table(cur, db: str, name: str, declared_key: list[str] | tuple[str, ...
     for column in key:
         if column not in names:
             raise SourceError(f"primary_key column `{column}` does not exist in {db}.{name}")
-    return SourceTable(db, name, columns, key, bool(nullable.intersection(key)))
+    row_end, hidden = _row_end(cur, db, name)
+    if row_end and not hidden:  # the server adds a declared row end to the primary key
+        key = tuple(k for k in key if k != row_end) or key
+    return SourceTable(db, name, columns, key, bool(nullable.intersection(key)),
+                       read_partitioning(cur, db, name), row_end, hidden,
+                       "" if index == "PRIMARY" else index)
 
 
-def _key(cur, db: str, name: str, nullable: set[str]) -> tuple[str, ...]:
-    """The PRIMARY key, else the first unique key whose columns are all NOT NULL."""
+_ROW_END = re.compile(r"^\s*`((?:[^`]|``)+)`[^\n]*\bGENERATED ALWAYS AS ROW END\b", re.I | re.M)
+
+
+def _row_end(cur, db: str, name: str) -> tuple[str, bool]:
+    """A system-versioned table's row end column and whether it is hidden (the implicit
+    `row_end`); ("", False) for another table."""
+    cur.execute("SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
+                "TABLE_NAME = %s", (db, name))
+    found = cur.fetchone()
+    if not found or str(found[0]).upper() != "SYSTEM VERSIONED":
+        return "", False
+    cur.execute(f"SHOW CREATE TABLE {_quoted(db)}.{_quoted(name)}")
+    declared = _ROW_END.search(cur.fetchone()[1])
+    return (declared.group(1).replace("``", "`"), False) if declared else ("row_end", True)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _key(cur, db: str, name: str, nullable: set[str]) -> tuple[tuple[str, ...], str]:
+    """The PRIMARY key, else the first unique key whose columns are all NOT NULL (by index
+    name), with the index's name; ((), "") when there is neither."""
     cur.execute(
         "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
         "AND TABLE_NAME = %s AND NON_UNIQUE = 0 ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, "
@@ -165,10 +220,10 @@ def _key(cur, db: str, name: str, nullable: set[str]) -> tuple[str, ...]:
     indexes: dict[str, list[str]] = {}
     for index, column in cur.fetchall():
         indexes.setdefault(index, []).append(column)
-    for columns in indexes.values():
+    for index, columns in indexes.items():
         if not nullable.intersection(columns):
-            return tuple(columns)
-    return ()
+            return tuple(columns), index
+    return (), ""
 
 
 def _int(value) -> int | None:

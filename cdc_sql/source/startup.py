@@ -5,11 +5,14 @@
 - offset: a `file:position` the user gives (checked against SHOW BINARY LOGS);
 - timestamp: the first transaction committed at or after a UTC time, found by a binary search
   over the binlog files by the time of their first event (as Flink CDC and SeaTunnel do), then a
-  scan forward from there.
+  scan forward from there;
+- gtid: the first transaction after a GTID position (MariaDB) or set (MySQL): the server itself
+  finds it when asked for its binlog from there (as after a failover), and says where it is.
 """
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from contextlib import contextmanager
 
@@ -17,7 +20,8 @@ from cdc_sql.errors import SourceError
 from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import mysql
 from cdc_sql.source.binlog import explain_stream_error, stream_settings
-from cdc_sql.source.binlog_protocol import BinlogStream, StreamError
+from cdc_sql.source.binlog_protocol import HEADER, BinlogStream, GtidStart, StreamError
+from cdc_sql.source.gtid import GtidSet, MariaGtidState
 from cdc_sql.source.offsets import Position
 
 
@@ -116,4 +120,48 @@ def _first_transaction_at(source, file: str, target: float) -> Position | None:
                                         ev.parse_query(event.body).statement.strip().upper()
                                         not in ("BEGIN", "")):
                 previous_end = Position(file, event.log_pos)  # a transaction ends here
+    return None
+
+
+def gtid_position(source, gtids: str, mariadb: bool) -> tuple[Position | None, str]:
+    """Where the first transaction after `gtids` begins on the source (None: none yet, start
+    at the binlog's end), and the GTID position there as capture keeps it."""
+    text = ",".join(part.strip() for part in gtids.split(","))
+    if mariadb != bool(re.fullmatch(r"\d+-\d+-\d+(,\d+-\d+-\d+)*", text)):
+        raise SourceError(f"source.startup_gtid `{gtids}` is a "
+                          f"{'MySQL GTID set' if mariadb else 'MariaDB GTID position'}, but the "
+                          f"source is {'MariaDB' if mariadb else 'MySQL'}")
+    state = str(MariaGtidState.parse(text) if mariadb else GtidSet.parse(text))
+    try:
+        stream = BinlogStream(stream_settings(source), source.server_id, GtidStart(state, mariadb),
+                              mariadb=mariadb)
+    except StreamError as exc:
+        raise _gtid_error(exc, gtids) from None
+    try:
+        return first_transaction(stream, stream.checksum), state
+    except StreamError as exc:
+        raise _gtid_error(exc, gtids) from None
+    finally:
+        stream.close()
+
+
+def _gtid_error(exc: StreamError, gtids: str) -> SourceError:
+    if exc.code == 1236:
+        return SourceError(f"source.startup_gtid `{gtids}`: the source cannot send its binlog "
+                           f"from there ({exc.message}): its binlog may no longer hold those "
+                           f"transactions, or they are not all in it")
+    return explain_stream_error(exc.code, exc.message, gtids)
+
+
+def first_transaction(events, checksum: bool) -> Position | None:
+    """The start of the first transaction the server sends in a stream begun at a GTID
+    position (it skips what the position holds): its GTID event's end less its size."""
+    file = ""
+    for event in events:
+        if event.type == ev.ROTATE:
+            file = ev.parse_rotate(event.body)[0]
+        elif event.type in (ev.MARIADB_GTID, ev.MYSQL_GTID, ev.MYSQL_ANONYMOUS_GTID) and \
+                event.log_pos:
+            size = HEADER.size + len(event.body) + (4 if checksum else 0)
+            return Position(file, event.log_pos - size)
     return None

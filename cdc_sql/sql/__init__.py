@@ -36,3 +36,47 @@ def quote(name: str) -> str:
 def string_literal(value: str) -> str:
     """A Spark SQL string literal, escaped by sqlglot (for values SQL statements cannot bind)."""
     return exp.Literal.string(value).sql(dialect="spark")
+
+
+# Outside quoted text and comments, a named parameter marker `:name` (not `::` casts).
+_MARKERS = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`(?:[^`]|``)*`|--[^\n]*|/\*.*?\*/)"""
+                      r"""|(?<![:\w]):([A-Za-z_]\w*)""", re.S)
+
+
+def inline(sql: str, args: dict) -> str:
+    """`sql` with its parameter markers replaced by their values as SQL literals: for an engine
+    that leaves bound parameters unbound (Spark 4.1 with Delta 4.4's SQL parser, engine.py).
+    Quoted text, quoted identifiers and comments are left as they are."""
+    def replace(match: re.Match) -> str:
+        if match.group(1) or match.group(2) not in args:
+            return match.group(0)
+        return sql_literal(args[match.group(2)])
+
+    return _MARKERS.sub(replace, sql)
+
+
+def sql_literal(value) -> str:
+    """A Spark SQL literal of a bound value's own type (what binding it would give)."""
+    import datetime as dt
+    import decimal
+
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"CAST({string_literal(repr(value))} AS DOUBLE)"
+    if isinstance(value, decimal.Decimal):
+        return f"{value}BD"
+    if isinstance(value, dt.datetime):
+        kind = "TIMESTAMP_NTZ" if value.tzinfo is None else "TIMESTAMP"
+        return f"{kind} {string_literal(value.isoformat(sep=' '))}"
+    if isinstance(value, dt.date):
+        return f"DATE {string_literal(value.isoformat())}"
+    if isinstance(value, (bytes, bytearray)):
+        return f"X'{bytes(value).hex()}'"
+    if isinstance(value, str):
+        return string_literal(value)
+    raise TypeError(f"no SQL literal for a {type(value).__name__}")

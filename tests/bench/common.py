@@ -55,6 +55,17 @@ MIX = (3, 1, 1)  # of every 5 changes: 3 updates, 1 delete, 1 insert
 PER_TRANSACTION = 5_000
 
 
+# The engine the stages run on (`--engines`): engine settings of the pipelines they write, and
+# what their bare MERGE baselines run on. Set by __main__ for each engine in turn.
+ENGINE: dict = {}
+
+
+def engine_label() -> str:
+    """The engine of --engines ('sail', 'local' or 'cluster'), and whether windows are forced
+    through the engine's SQL."""
+    return ENGINE.get("label", "sail") + (" sql-only" if ENGINE.get("sql_only") else "")
+
+
 @dataclass
 class Result:
     """One measured figure; `baseline_rate` (rows/s) makes it a ratio."""
@@ -83,6 +94,7 @@ class Goal:
     bound: str
     figure: str
     met: bool | None
+    engine: str = ""  # set by __main__: the engine of --engines it was measured on
 
 
 def at_most(goal: str, value: float | None, bound: float, unit: str, why: str = "") -> Goal:
@@ -183,9 +195,10 @@ def binlog_start(db: MariaDB) -> tuple[str, int]:
 
 
 def write_pipeline(db: MariaDB, table: str | list, workdir: Path, startup: str = "initial",
-                   engine: str = "", **tuned) -> Path:
-    """A pipeline at default settings, except what `tuned` sets (source keys). A table is a
-    name, or a dict of table keys (name, source, projection, history)."""
+                   lake: str | None = None, **tuned) -> Path:
+    """A pipeline at default settings, except what `tuned` sets (source keys), on the engine
+    of ENGINE; its lake in `workdir` unless `lake` names one (an object-store URL). A table is
+    a name, or a dict of table keys (name, source, projection, history)."""
     path = workdir / "pipeline.yaml"
     settings = "".join(f"  {key}: {value}\n" for key, value in tuned.items())
     entries = ""
@@ -193,7 +206,7 @@ def write_pipeline(db: MariaDB, table: str | list, workdir: Path, startup: str =
         spec = {"name": spec} if isinstance(spec, str) else spec
         spec = {"source": f"bench.{spec['name']}", **spec}
         entries += "  - " + "\n    ".join(f"{k}: {json.dumps(v)}" for k, v in spec.items()) + "\n"
-    engine_part = f"engine:\n  mode: {engine}\n" if engine else ""
+    engine = "".join(f"  {k}: {v}\n" for k, v in ENGINE.items() if k in ("mode", "url", "sql_only"))
     path.write_text(f"""name: bench
 source:
   host: 127.0.0.1
@@ -203,8 +216,8 @@ source:
   server_id: {7000 + os.getpid() % 1000}
   startup: {startup}
 {settings}target:
-  path: {workdir / 'lake'}
-{engine_part}tables:
+  path: {lake or workdir / 'lake'}
+{"engine:" + chr(10) + engine if engine else ""}tables:
 {entries}""")
     return path
 
@@ -304,13 +317,17 @@ def own_peak_mb(peak_file: str) -> float:
 
 
 def run_cli(pipeline: Path, *args: str, env: dict | None = None) -> tuple[dict, Child]:
-    """`cdc-sql run --until-caught-up` in a child: its run summary, and the child."""
+    """`cdc-sql run --until-caught-up` in a child: its run summary (read from the pipeline's
+    lake, wherever it is), and the child."""
+    from cdc_sql.config.model import load_pipeline
+
     child = run_child("-m", "cdc_sql.cli", "run", str(pipeline), "--until-caught-up", *args,
                       env=env)
-    return last_run(pipeline.parent / "lake"), child
+    lake = load_pipeline(pipeline, environ={"BENCH_PASSWORD": PASSWORD}).root
+    return last_run(lake), child
 
 
-def last_run(lake: Path) -> dict:
+def last_run(lake) -> dict:
     from tests.integration.helpers import state_log
 
     return [value for kind, _, value in state_log(lake) if kind == "run"][-1]

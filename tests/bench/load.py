@@ -4,12 +4,12 @@ Four tables the engine merges: one with a projection (a WHERE and fewer columns)
 history, and a parent and its child whose foreign key cascades deletes (silver applies the
 cascades). Writers (two connections, transactions of about 420 row changes touching all four
 tables) first run alone for PROBE seconds, as fast as they can: the highest write rate this
-machine's MariaDB sustains. Then, for each engine (Sail in this process; JVM Spark with Delta,
-`local`), a pipeline is snapshotted and `cdc-sql run` follows in its default follow mode while
-the writers again write as fast as they can for N seconds (`--sizes N`): the lag is sampled
-every 5 s (how long ago the source was where the slowest silver table is now), then the time
-to catch up once the writers stop. The follower's peak is that of its process tree (the JVM's
-too)."""
+machine's MariaDB sustains. Then, on the benchmark's engine (`--engines`: by default this
+stage runs on Sail and on JVM Spark with Delta, `local`), a pipeline is snapshotted and
+`cdc-sql run` follows in its default follow mode while the writers again write as fast as they
+can for N seconds (`--size load=N`): the lag is sampled every 5 s (how long ago the source
+was where the slowest silver table is now), then the time to catch up once the writers stop.
+The follower's peak is that of its process tree (the JVM's too)."""
 from __future__ import annotations
 
 import signal
@@ -18,15 +18,14 @@ import time
 
 from cdc_sql.dev.mariadb import MariaDB
 from cdc_sql.source.offsets import Offset, file_sequence
-from tests.bench.common import (Goal, Result, TreePeak, at_most, create_table, own_peak_mb,
-                                run_cli, spawn, workdir, write_pipeline)
+from tests.bench.common import (Goal, Result, TreePeak, at_most, create_table, engine_label,
+                                own_peak_mb, run_cli, spawn, workdir, write_pipeline)
 
 ROWS = 200_000
 PARENTS = 20_000
 CHILDREN = 5  # per parent
 PROBE = 20
 WRITERS = 2
-ENGINES = ("sail", "local")
 BOUND = 10.0  # seconds of lag
 
 
@@ -120,15 +119,15 @@ def slowest_applied(lake, tables: int) -> str:
     return min(latest.values()) if len(latest) == tables else ""
 
 
-def follow(db: MariaDB, names: dict[str, str], engine: str, seconds: float) -> list:
+def follow(db: MariaDB, names: dict[str, str], seconds: float) -> list:
     home = workdir()
-    pipeline = write_pipeline(db, pipeline_tables(names), home, engine=engine)
+    pipeline = write_pipeline(db, pipeline_tables(names), home)
     try:
         run_cli(pipeline)  # the snapshot, so the follower only captures and merges
     except RuntimeError as exc:
         why = (str(exc).strip().splitlines() or ["?"])[-1][:120]
-        print(f"  load, engine {engine}: could not run: {why}", flush=True)
-        return [Goal(f"6 load, engine {engine}: max lag", f"<= {BOUND:g} s",
+        print(f"  load, engine {engine_label()}: could not run: {why}", flush=True)
+        return [Goal("6 load: max lag", f"<= {BOUND:g} s",
                      f"not measured: {why}", None)]
     lake, tables = home / "lake", len(pipeline_tables(names))
     log = open(home / "follower.log", "wb")
@@ -148,7 +147,7 @@ def follow(db: MariaDB, names: dict[str, str], engine: str, seconds: float) -> l
             before = [t for t, offset in seen if applied and offset <= applied]
             lag = time.monotonic() - (before[-1] if before else started)
             lags.append((time.monotonic() - started, lag))
-            print(f"  load {engine} t={lags[-1][0]:5.0f}s written={writers.changes:>10,} "
+            print(f"  load {engine_label()} t={lags[-1][0]:5.0f}s written={writers.changes:>10,} "
                   f"lag={lag:5.1f} s", flush=True)
         written, writing = writers.changes, time.monotonic() - started
     target, stopped = source_offset(db), time.monotonic()
@@ -162,19 +161,16 @@ def follow(db: MariaDB, names: dict[str, str], engine: str, seconds: float) -> l
     max_lag = max(lag for _, lag in lags)
     late = [lag for t, lag in lags if t > seconds / 2]
     return [
-        Result(f"load, engine {engine}: writers beside the follower", written, writing, peak),
+        Result("load: writers beside the follower", written, writing, peak),
         Result(f"  max lag {max_lag:.1f} s, second half {min(late, default=0):.1f}-"
                f"{max(late, default=0):.1f} s, caught up {catch_up:.1f} s after", written, 0),
-        at_most(f"6 load, engine {engine}: max lag at {written / writing:,.0f} changes/s",
+        at_most(f"6 load: max lag at {written / writing:,.0f} changes/s",
                 max_lag, BOUND, " s"),
     ]
 
 
-def run(db: MariaDB, seconds: int, engines=ENGINES) -> list:
+def run(db: MariaDB, seconds: int) -> list:
     names = create_tables(db)
     alone = probe(db, names, PROBE)
-    results = [Result(f"load: writers alone, as fast as they can ({PROBE} s)",
-                      int(alone * PROBE), PROBE)]
-    for engine in engines:
-        results += follow(db, names, engine, seconds)
-    return results
+    return [Result(f"load: writers alone, as fast as they can ({PROBE} s)", int(alone * PROBE),
+                   PROBE), *follow(db, names, seconds)]

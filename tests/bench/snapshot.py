@@ -90,6 +90,7 @@ def run_many(db: MariaDB, tables: int) -> list:
     with db.connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE IF NOT EXISTS bench")
         for name in names:
+            cur.execute(f"DROP TABLE IF EXISTS bench.{name}")  # afresh for each engine
             cur.execute(f"CREATE TABLE bench.{name} (id INT PRIMARY KEY, v VARCHAR(20), n INT)")
             cur.execute(f"INSERT INTO bench.{name} SELECT seq, CONCAT('v', seq), seq "
                         f"FROM bench.seq_1_to_10")

@@ -45,9 +45,13 @@ def source_rows(mariadb, sql: str) -> list[tuple]:
     return mariadb.query(sql)
 
 
-def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, key: str = "id"):
-    """Silver (engine columns dropped) equals the rows `source_sql` returns from MariaDB."""
+def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, key: str = "id",
+                         where: str = ""):
+    """Silver (engine columns dropped; `where` it holds, when given) equals the rows
+    `source_sql` returns from MariaDB."""
     silver = engine.read(silver_path(pipeline, name))
+    if where:
+        silver = silver.where(where)
     columns = [c for c in silver.columns if not c.startswith("_cdc_")]
     keys = [k.strip() for k in key.split(",")]  # "a, b": a composite key
     silver = silver.select(*columns).orderBy(*keys)
@@ -55,3 +59,16 @@ def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, 
     expected = engine.spark.createDataFrame(source_rows(mariadb, source_sql), schema) \
         .orderBy(*keys)
     assert_df_equality(silver, expected, ignore_nullable=True)
+
+
+def resnapshot_and_run(engine, pipeline, name: str, mariadb, source_sql: str) -> None:
+    """`cdc-sql resnapshot` of one silver table, then a run: silver equals `source_sql`."""
+    import os
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "cdc_sql.cli", "resnapshot", pipeline.file, "--tables",
+                    name], env={**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}, check=True,
+                   capture_output=True, timeout=120)
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, name, mariadb, source_sql)

@@ -2,6 +2,7 @@
 paragraph that names what is wrong and what to do, no secret in it, and no half-written table.
 """
 import contextlib
+import os
 import textwrap
 import threading
 import time
@@ -360,7 +361,7 @@ def test_follow_mode_waits_for_space(shop, make_pipeline, engine, caplog, monkey
 
     def stop_once_silver_exists() -> None:
         deadline = time.monotonic() + 120
-        while not (pipeline.root / "silver" / "o" / "_delta_log").exists() and \
+        while not os.path.exists(pipeline.root / "silver" / "o" / "_delta_log") and \
                 time.monotonic() < deadline:
             time.sleep(0.1)
         stop.set()

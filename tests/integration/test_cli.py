@@ -1,5 +1,6 @@
 """`plan`, `run` and `status` through the command line entry point."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +35,7 @@ def test_plan_says_small_windows_of_a_plain_table_are_merged_in_process(
     assert "fits in 512 MB" in capsys.readouterr().out
 
 
+@pytest.mark.local_lake
 def test_run_then_status_json_and_metrics(pipeline, mariadb, capsys):
     assert main(["run", pipeline.file, "--until-caught-up"]) == 0
     capsys.readouterr()
@@ -47,7 +49,7 @@ def test_run_then_status_json_and_metrics(pipeline, mariadb, capsys):
     assert main(["status", pipeline.file]) == 0
     assert "big" in capsys.readouterr().out
     # the metrics of that run: JSON and Prometheus text, no secret anywhere
-    metrics = pipeline.root / "_metrics"
+    metrics = Path(pipeline.root) / "_metrics"
     (run_file,) = metrics.glob("run-*.json")
     document = json.loads(run_file.read_text())
     assert document["outcome"] == "ok" and document["tables"][0]["lag_bytes"] == 0
@@ -102,6 +104,7 @@ def test_json_logs_carry_no_secret(pipeline):
     assert "cdc-secret" not in done.stderr.decode() + done.stdout.decode()
 
 
+@pytest.mark.local_lake  # on object stores: test_object_stores.py
 def test_a_second_writer_on_one_target_is_refused(pipeline, capsys):
     import os
     import signal
@@ -112,7 +115,7 @@ def test_a_second_writer_on_one_target_is_refused(pipeline, capsys):
     env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
     first = subprocess.Popen([sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file],
                              env=env, stderr=subprocess.PIPE)
-    lock = pipeline.root / "_lock"
+    lock = Path(pipeline.root) / "_lock"
     deadline = time.monotonic() + 120
     while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
         time.sleep(0.2)

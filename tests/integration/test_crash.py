@@ -178,6 +178,7 @@ def test_a_kill_after_silver_is_created_in_process_then_equal(mariadb, database,
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
 
 
+@pytest.mark.local_lake  # silver's first files are written during the snapshot on a local lake
 def test_silver_written_during_the_snapshot_and_killed_before_its_commit_then_equal(
         mariadb, database, engine, make_pipeline):
     """Silver's first version is written while the splits are read (lake/first_version.py):

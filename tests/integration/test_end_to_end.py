@@ -1,4 +1,8 @@
 """One table end to end against a real MariaDB: snapshot, binlog, silver by MERGE."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from cdc_sql.ops.verify import compare_table
@@ -128,6 +132,12 @@ def test_table_without_primary_key_uses_unique_not_null_key(mariadb, database, e
     mariadb.execute("CREATE TABLE tags (code VARCHAR(10) NOT NULL, label TEXT, UNIQUE KEY (code))",
                     "INSERT INTO tags VALUES ('a', 'A'), ('b', 'B')", db=database)
     pipeline = make_pipeline(f"- name: tags\n  source: {database}.tags")
+    for command in ("validate", "plan"):
+        said = subprocess.run([sys.executable, "-m", "cdc_sql.cli", command, pipeline.file],
+                              env={**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"},
+                              capture_output=True, text=True, timeout=120)
+        assert "code (the unique index `code` on NOT NULL columns: the table has no primary " \
+               "key)" in said.stdout, said.stdout + said.stderr
     run(pipeline, engine)
     mariadb.execute("UPDATE tags SET label = 'bee' WHERE code = 'b'",
                     "INSERT INTO tags VALUES ('c', NULL)", db=database)

@@ -34,9 +34,10 @@ def test_every_version_reads_back_though_checkpoints_follow_it(engine, tmp_path)
     assert engine.read(path).count() == 22
 
 
-def lazy_engine(engine, booted: list) -> Engine:
-    """An embedded engine not started yet, whose start is recorded (it is the shared one)."""
-    return Engine("sail", None, _boot=lambda: booted.append("booted") or engine.spark)
+def lazy_engine(engine: Engine, booted: list) -> Engine:
+    """The test's engine, not started yet, whose start is recorded (it is the shared one)."""
+    return type(engine)(engine.mode, None, _boot=lambda: booted.append("booted") or engine.spark,
+                        version=engine.version)
 
 
 def test_runs_of_plain_tables_start_the_engine_only_when_a_window_needs_it(

@@ -23,7 +23,8 @@ def test_init_writes_a_starter_that_validates(mariadb, database, tmp_path, monke
     assert made.returncode == 0, made.stderr
     text = made.stdout
     assert f"source: {database}.orders   # key: id" in text
-    assert "`odd-name`" in text and "# key: code" in text
+    assert "`odd-name`" in text and \
+        "primary_key: [code]   # the unique index code on NOT NULL columns: no primary key" in text
     assert "#   primary_key: [at]" in text and "events has no key" in made.stderr
     assert "GRANT SELECT ON" in text and "GRANT REPLICATION SLAVE" in text
     assert PASSWORD not in text and PASSWORD not in made.stderr
@@ -32,6 +33,7 @@ def test_init_writes_a_starter_that_validates(mariadb, database, tmp_path, monke
     checked = cli("validate", str(pipeline), env=env)
     assert checked.returncode == 0, checked.stderr
     assert "orders" in checked.stdout and "odd_name" in checked.stdout
+    assert "odd_name" in checked.stdout and "(key: code (declared primary_key" in checked.stdout
 
 
 def test_init_only_takes_tables_matching_and_refuses_a_password_in_the_url(mariadb, database):

@@ -21,8 +21,16 @@ def orders(mariadb, database):
     return database
 
 
-def _files(path) -> set[str]:
-    return set(glob.glob(f"{path}/**/*.parquet", recursive=True))
+def _files(place) -> set[str]:
+    """The Parquet files under a place of the lake (a local directory or an object store)."""
+    if place.local:
+        return set(glob.glob(f"{place}/**/*.parquet", recursive=True))
+    import obstore
+
+    from cdc_sql.lake import objects
+
+    return {o["path"] for chunk in obstore.list(objects.store(place)) for o in chunk
+            if o["path"].endswith(".parquet")}
 
 
 def _silver(engine, pipeline):

@@ -17,12 +17,18 @@ from tests.integration.helpers import (assert_silver_equals, checkpoint, history
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
-ENV = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
+
+
+def environment(**more: str) -> dict:
+    """The test's environment (an object store's settings too) for a `cdc-sql` child."""
+    return {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret", **more}
+
+
 STABLE = range(900_001, 900_301)  # rows no writer touches: every reader must see all of them
 
 
 def cli(*args: str, env: dict | None = None, wait: float | None = None):
-    process = subprocess.Popen([sys.executable, "-m", "cdc_sql.cli", *args], env=env or ENV,
+    process = subprocess.Popen([sys.executable, "-m", "cdc_sql.cli", *args], env=env or environment(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
     if wait is None:
@@ -85,7 +91,7 @@ def test_resnapshot_under_a_writer_with_kills_readers_see_whole_tables(
         # silver; after silver's replacement, before state has it
         for point in ("resnapshot.reset", "split.written", "history.merged", "silver.merged"):
             process = cli("run", pipeline.file, "--until-caught-up",
-                          env={**ENV, "CDC_SQL_KILL_AT": point})
+                          env=environment(CDC_SQL_KILL_AT=point))
             assert process.wait(timeout=300) == -signal.SIGKILL, \
                 f"{point}: {process.stderr.read().decode()[-2000:]}"
         process = cli("run", pipeline.file, "--until-caught-up")

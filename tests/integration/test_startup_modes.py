@@ -85,3 +85,29 @@ def test_latest_creates_silver_for_a_table_without_changes(mariadb, table, engin
     run(pipeline, engine)
     assert silver_ids(engine, pipeline, "busy") == [1]
     assert silver_ids(engine, pipeline, "o") == []  # exists, and empty like the source
+
+
+def test_gtid_starts_after_the_given_transactions(mariadb, table, engine, make_pipeline):
+    mariadb.execute("INSERT INTO o VALUES (1, 1)", "INSERT INTO o VALUES (2, 2)", db=table)
+    (position,), = mariadb.query("SELECT @@global.gtid_binlog_pos")
+    mariadb.execute("INSERT INTO o VALUES (3, 3)", "DELETE FROM o WHERE id = 3",
+                    "INSERT INTO o VALUES (4, 4)", "UPDATE o SET v = 7 WHERE id = 1", db=table)
+    pipeline = make_pipeline(f"- name: o\n  source: {table}.o", startup="gtid",
+                             startup_gtid=position)
+    run(pipeline, engine)
+    assert silver_ids(engine, pipeline) == [1, 4]  # the changes after it, none before
+    assert checkpoint(engine, pipeline).capture.gtid
+
+
+def test_gtid_of_the_other_flavour_or_not_in_the_binlog_is_a_clear_error(table, engine,
+                                                                         make_pipeline):
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    pipeline = make_pipeline(f"- name: o\n  source: {table}.o", startup="gtid",
+                             startup_gtid=f"{uuid}:1-5")
+    with pytest.raises(SourceError, match="is a MySQL GTID set, but the source is MariaDB"):
+        run(pipeline, engine)
+    pipeline = make_pipeline(f"- name: o\n  source: {table}.o", startup="gtid",
+                             startup_gtid="0-1-999999999")
+    with pytest.raises(SourceError, match="startup_gtid `0-1-999999999`: the source cannot send"):
+        run(pipeline, engine)
+    assert checkpoint(engine, pipeline).capture is None

@@ -79,3 +79,10 @@ class RandomWriter(threading.Thread):
     def stop(self) -> None:
         self.halt.set()
         self.join()
+
+    def __enter__(self) -> "RandomWriter":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -22,6 +22,7 @@ class Reader:
     def __init__(self, position):
         self.position, self.in_transaction, self.by_gtid = position, False, False
         self.gtid_state = MariaGtidState()
+        self.bypassed, self.held_state = [], {}
 
     def take(self):
         return Batch()

@@ -281,9 +281,9 @@ def test_a_device_as_a_password_file_is_refused_at_once(tmp_path):
     (["init", "mysql://cdc@host:99999/db"], "Port out of range"),
     (["init", "mysql://cdc@host:port/db"], "could not be cast to integer"),
     (["init", "mysql://cdc@[::1/db"], "Invalid IPv6 URL"),
-    (["init", "http://u:hunter2@host/db"], "not in the URL (http://u:***@host/db)"),
-    (["init", "mysql://:hunter2@host/db"], "not in the URL (mysql://:***@host/db)"),
-    (["init", "ftp://u:hunter2@[::1/db"], "ftp://u:***@[::1/db"),
+    (["init", "http://u:hunter2@host/db"], "not in the URL (http://***@host/db)"),
+    (["init", "mysql://:hunter2@host/db"], "not in the URL (mysql://***@host/db)"),
+    (["init", "ftp://u:hunter2@[::1/db"], "ftp://***@[::1/db"),
     (["init", "mysql://cdc@127.0.0.1:1/db", "--tables", "("], "--tables '(' is not a regular"),
 ])
 def test_init_arguments(capsys, args, fragment):
