@@ -175,9 +175,10 @@ def each(function, items: Iterable, workers: int = 8) -> None:
 
 
 def writer_properties():
-    """Snappy for what delta-rs writes (bronze, state, clustered silver): JVM Spark's Parquet
-    reader (aircompressor 2.0) rejects some LZ4_RAW pages delta-rs 1.6 writes ("last 5 bytes
-    must be literals"), and Snappy was the faster of the two here anyway.
+    """Snappy for what delta-rs writes (bronze, state, clustered silver), as for what pyarrow
+    writes (lake/parquet_files.py): JVM Spark's Parquet reader (aircompressor 2.0) rejects some
+    LZ4_RAW pages both write ("last 5 bytes must be literals"), and Snappy was the faster of
+    the two for delta-rs here anyway.
 
     String bounds in file statistics cut at STATS_PREFIX characters (a maximum raised so it
     stays one), which is what delta-rs does when given no properties at all: properties that
