@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pymysql
@@ -449,13 +450,20 @@ class Runner:
     def _record_as_done(self, futures: list[Future]) -> list:
         """Wait for tasks that return state entries; whatever finished together is recorded in
         one state commit (a thousand small tables do not make a thousand commits). Every task
-        runs to its end; the first failure is raised after the others are recorded."""
-        recorded, entries, failure, pending = [], [], None, set(futures)
+        runs to its end; the first failure is raised after the others are recorded.
+
+        Tasks report to a queue as they finish: waiting on the pending set instead took locks
+        on every pending future per finished one (10,000 tables: 7.5 s of CPU here, taken
+        from the threads doing the work)."""
+        finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        for future in futures:
+            future.add_done_callback(finished.put)
+        recorded, entries, failure, pending = [], [], None, len(futures)
         last_commit = 0.0  # the first task to finish is recorded at once
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED,
-                                 timeout=max(0.0, last_commit + STATE_COMMIT_SECONDS -
-                                             time.monotonic()) if entries else None)
+            done = _finished(finished, max(0.0, last_commit + STATE_COMMIT_SECONDS -
+                                           time.monotonic()) if entries else None)
+            pending -= len(done)
             for future in done:
                 try:
                     entries += future.result()
@@ -662,6 +670,20 @@ def cluster_if_mixed(lake, path: str, key: list[str]) -> bool:
         return False
     lake.tables.cluster(path, key)
     return True
+
+
+def _finished(finished: queue.SimpleQueue, timeout: float | None) -> list[Future]:
+    """The futures that finished: the next one within `timeout` (none if it passes), and every
+    other one already there."""
+    try:
+        done = [finished.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            done.append(finished.get_nowait())
+        except queue.Empty:
+            return done
 
 
 def _lowest_watermark(checkpoint: Checkpoint) -> Position | None:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks (not part of the tests): every stage against its bare baseline, at two sizes.
+# Benchmarks (not part of the tests): a stage per goal, each against baselines measured in the
+# same invocation, ending with each goal beside its bound. Options: docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

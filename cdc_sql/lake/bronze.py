@@ -128,8 +128,9 @@ def append_changes(lake, table: SourceTable, batches: list[pa.RecordBatch]) -> N
             from pyspark.sql.pandas.types import from_arrow_type
 
             lake.tables.reshape(path, {n: from_arrow_type(t) for n, t in widened.items()}, [])
+    same = target == current and lake.tables.exists(path)
     lake.tables.append_arrow(path, [_conform(b, target) for b in batches], target,
-                             schema_mode="merge")  # a list: through the table open already
+                             schema_mode=None if same else "merge")
 
 
 def _engine_started(lake) -> None:

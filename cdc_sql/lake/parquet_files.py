@@ -34,7 +34,7 @@ from cdc_sql.lake.tables import ROW_GROUP_ROWS
 TARGET_ROWS = 2_000_000
 # DICTIONARY: only for cdc-sql's columns that repeat one value per split (offset, op, time).
 # Measured on 2M rows of the 7-column benchmark table: 0.87 s and 57 MB with pyarrow's default
-# dictionary encoding of every column, 0.37 s and 39 MB with none (LZ4 catches the repeats);
+# dictionary encoding of every column, 0.37 s and 39 MB with none (LZ4 caught the repeats);
 # with the three repeating columns' rows added, 0.41-0.46 s with none, 0.36 s with those three.
 # Bronze's snapshot tags repeat one value per read of splits likewise.
 REPEATING = ("_cdc_offset", "_cdc_op", "_cdc_ts", "_cdc_split_id", "_cdc_attempt",
@@ -82,9 +82,9 @@ class Files:
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self._writer is None:
-            self._name = f"part-{uuid.uuid4()}.lz4raw.parquet"
-            self._writer = pq.ParquetWriter(
-                os.path.join(self.path, self._name), self.schema, compression="lz4_raw",
+            self._name = f"part-{uuid.uuid4()}.snappy.parquet"
+            self._writer = pq.ParquetWriter(  # Snappy: tables.writer_properties says why
+                os.path.join(self.path, self._name), self.schema, compression="snappy",
                 use_dictionary=[n for n in REPEATING if n in self.schema.names])
             self._stats = Stats(self.schema)
         self._writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)

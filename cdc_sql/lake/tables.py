@@ -43,6 +43,8 @@ _OWN_MERGE_GUARDS = ("_cdc_offset", "_cdc_valid_from")
 _MAX_SLICE_BYTES = 32 * 2**20
 ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see writer_properties
 STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
+SMALL_APPEND = 2**20  # a list of batches of fewer bytes is appended by delta-rs's writer
+STATS_PREFIX = 64  # characters of a string bound kept in file statistics (delta-rs's default)
 COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
 WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly"}  # delta-rs writes these (1.6)
 
@@ -173,13 +175,20 @@ def each(function, items: Iterable, workers: int = 8) -> None:
 
 
 def writer_properties():
-    """Snappy for what delta-rs writes (bronze, state, clustered silver): JVM Spark's Parquet
-    reader (aircompressor 2.0) rejects some LZ4_RAW pages delta-rs 1.6 writes ("last 5 bytes
-    must be literals"), and Snappy was the faster of the two here anyway (2M rows, 5 columns:
-    0.6 s against 1.0 s, the same size)."""
+    """Snappy for what delta-rs writes (bronze, state, clustered silver), as for what pyarrow
+    writes (lake/parquet_files.py): JVM Spark's Parquet reader (aircompressor 2.0) rejects some
+    LZ4_RAW pages both write ("last 5 bytes must be literals"), and Snappy was the faster of
+    the two for delta-rs here anyway.
+
+    String bounds in file statistics cut at STATS_PREFIX characters (a maximum raised so it
+    stays one), which is what delta-rs does when given no properties at all: properties that
+    leave the length out write every string's bounds whole into the Delta log, so a table of
+    multi-megabyte text values got a log entry of that size per commit, parsed again by every
+    later reader of the table. Figures: docs/performance.md ("Writing bronze")."""
     from deltalake import WriterProperties
 
-    return WriterProperties(compression="SNAPPY", max_row_group_size=ROW_GROUP_ROWS)
+    return WriterProperties(compression="SNAPPY", max_row_group_size=ROW_GROUP_ROWS,
+                            statistics_truncate_length=STATS_PREFIX)
 
 
 def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
@@ -331,12 +340,16 @@ class DeltaRsTables:
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
-        """A list of batches goes through the open table; a stream opens it for itself, or,
-        into a local table of the same columns, is written by pyarrow and committed through the
-        open table (lake/parquet_files.py: half the CPU)."""
+        """Rows into a local table of the same columns are written by pyarrow and committed
+        through the open table (lake/parquet_files.py: less CPU than delta-rs's writer for
+        bronze's large change commits), unless they are a list of less than SMALL_APPEND bytes
+        (a state commit, a small table's changes), for which delta-rs's writer is the quicker.
+        Others are written by delta-rs: a list through the open table, a stream opening it
+        itself. Figures: docs/performance.md ("Writing bronze")."""
         exists = self.exists(path)
-        if exists and not isinstance(batches, list) and schema_mode is None and \
-                storage(path) == "local" and self.schema(path) == schema:
+        small = isinstance(batches, list) and sum(b.nbytes for b in batches) < SMALL_APPEND
+        if exists and schema_mode is None and not small and storage(path) == "local" and \
+                self.schema(path) == schema:
             self._append_files(path, batches, schema)
             return
         if not isinstance(batches, list) or not exists:

@@ -1,76 +1,108 @@
-"""Capture (source to committed bronze) and the silver step, at default settings, against
-baselines measured in the same run on the same events:
+"""Binlog to silver (goal 2): a run that captures and merges N changes (3 updates : 1 delete :
+1 insert, in transactions of 5,000 holding all three), on a 7-column and a 40-column table, on
+the in-process path (a plain table, merged by delta-rs in the cdc-sql process when its window
+fits) and on the engine path (the same table through a projection renaming a column, so the
+engine's SQL merges it), against MariaDB's C decoder in the same invocation:
+`mariadb-binlog --read-from-remote-server --base64-output=DECODE-ROWS -vv` over the same
+events, end to end (fetched from the server and decoded to text, into /dev/null); the decode
+alone, of the same files fetched raw beforehand, is shown too. The plain table is held to the
+in-process path's bound whoever merged it (named beside it), except with --sql-only, which
+sends its windows through the engine too. The silver step is also set beside one bare
+`MERGE INTO` of the same changes, deduplicated and typed beforehand, on the same engine
+(tests/bench/merge_child.py).
 
-- the bare python-mysql-replication parse (`BinLogStreamReader`, rows decoded, nothing written);
-- MariaDB's C decoder, `mariadb-binlog --base64-output=DECODE-ROWS -vv`, over the same binlog
-  files fetched raw (`--read-from-remote-server --raw`, timed apart);
-- one bare `MERGE INTO` of the same changes, deduplicated and typed, for the silver step.
-
-The changes are UPDATEs in transactions of 5,000 rows (every row once). Capture alone is also
-timed on one core and on all of them (the same events, bronze as it was before each), to show
-it scales with cores. The `bigtxn` stage updates every row of a table in one transaction and
-reports the peak memory of the capture.
-"""
+Each run is a whole `cdc-sql run --until-caught-up` process (start to exit), its peak RSS that
+of its process tree; the pipelines were snapshotted before the changes were made."""
 from __future__ import annotations
 
 import glob
-import json
-import os
 import shutil
 import subprocess
 
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
 from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
-from tests.bench.common import (ENGINE, Result, create_table, engine_label, run_child, run_cli,
-                                timed, workdir, write_pipeline)
+from tests.bench.common import (ENGINE, Result, at_least, columns_of, create_table,
+                                engine_label, human, make_mixed_changes, merged_by, mixed_rows,
+                                run_child, run_cli, timed, workdir, write_pipeline)
+
+BOUNDS = {"in-process": 1.0, "engine": 0.5}  # of the rate of mariadb-binlog -vv
 
 
-def make_changes(db: MariaDB, table: str, rows: int, per_transaction: int = 5_000) -> tuple:
-    db.execute("FLUSH BINARY LOGS")
-    start = db.query("SHOW MASTER STATUS")[0][:2]
-    with db.connect("bench") as conn, conn.cursor() as cur:
-        for low in range(1, rows + 1, per_transaction):
-            cur.execute(f"UPDATE {table} SET a = a + 1, b = CONCAT(b, 'x') "
-                        f"WHERE id BETWEEN %s AND %s", (low, low + per_transaction - 1))
-    return start
+def c_decoder(db: MariaDB, start: tuple) -> tuple[float, float]:
+    """Seconds of `mariadb-binlog -vv` end to end from the server, and of its decode alone."""
+    remote = (f"mariadb-binlog --read-from-remote-server --to-last-log -h127.0.0.1 -P{db.port} "
+              f"-u{USER} -p{PASSWORD} --base64-output=DECODE-ROWS -vv "
+              f"--start-position={start[1]} {start[0]} > /dev/null")
+    _, end_to_end = timed(lambda: subprocess.run(remote, shell=True, check=True))
+    raw = workdir()
+    subprocess.run(f"mariadb-binlog --read-from-remote-server --raw --to-last-log -h127.0.0.1 "
+                   f"-P{db.port} -u{USER} -p{PASSWORD} --result-file={raw}/ {start[0]}",
+                   shell=True, check=True, capture_output=True)
+    files = " ".join(sorted(glob.glob(f"{raw}/*")))
+    _, decode = timed(lambda: subprocess.run(
+        f"mariadb-binlog --base64-output=DECODE-ROWS -vv --start-position={start[1]} {files} "
+        f"> /dev/null", shell=True, check=True))
+    shutil.rmtree(raw)
+    return end_to_end, decode
 
 
-def bare_parse(db: MariaDB, table: str, start: tuple) -> tuple[int, float]:
-    def parse() -> int:
-        stream = BinLogStreamReader(
-            connection_settings={"host": "127.0.0.1", "port": db.port, "user": USER,
-                                 "passwd": PASSWORD},
-            server_id=9001, log_file=start[0], log_pos=start[1], resume_stream=True,
-            blocking=False, only_schemas=["bench"], only_tables=[table],
-            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
-        n = sum(len(event.rows) for event in stream)
-        stream.close()
-        return n
-    return timed(parse)
+def engine_projection(table: str, wide: bool) -> str:
+    """All columns, one renamed: silver holds the same rows, but not `as is`."""
+    columns = ["id", "a AS a_renamed", *(c for c, *_ in columns_of(wide)[1:])]
+    return f"SELECT {', '.join(columns)} FROM {table}"
 
 
-def c_decoder(db: MariaDB, start: tuple, work) -> tuple[float, float]:
-    """Seconds to fetch the binlog raw, and for mariadb-binlog -vv to decode it to text."""
-    raw = work / "raw"
-    raw.mkdir(exist_ok=True)
-    fetch = (f"mariadb-binlog --read-from-remote-server --raw --to-last-log -h127.0.0.1 "
-             f"-P{db.port} -u{USER} -p{PASSWORD} --result-file={raw}/ {start[0]}")
-    _, fetch_seconds = timed(lambda: subprocess.run(fetch, shell=True, check=True,
-                                                    capture_output=True))
-    files = sorted(glob.glob(f"{raw}/*"))
-    decode = (f"mariadb-binlog --base64-output=DECODE-ROWS -vv --start-position={start[1]} "
-              f"{' '.join(files)} > /dev/null")
-    _, decode_seconds = timed(lambda: subprocess.run(decode, shell=True, check=True))
-    shutil.rmtree(raw, ignore_errors=True)
-    return fetch_seconds, decode_seconds
+def run(db: MariaDB, changes: int) -> list:
+    results = []
+    for wide in (False, True):
+        results += run_table(db, changes, wide)
+    return results
 
 
-def bare_merge(db: MariaDB, table: str, work, silver_copy: str) -> float:
-    """One MERGE INTO of the same changes, pre-deduplicated (every row changed once: the table
-    as it is now), into a copy of silver taken before the measured run."""
+def run_table(db: MariaDB, changes: int, wide: bool) -> list:
+    kind = "40 columns" if wide else "7 columns"
+    table = create_table(db, mixed_rows(changes), "binlog", wide)
+    specs = {"plain table": table,
+             "projection": {"name": table, "projection": engine_projection(table, wide)}}
+    pipelines = {}
+    for name, spec in specs.items():
+        pipelines[name] = write_pipeline(db, spec, workdir())
+        run_cli(pipelines[name])  # the snapshot, so the measured runs capture and merge only
+    silver_copy = workdir() / "silver"
+    shutil.copytree(pipelines["plain table"].parent / "lake" / "silver" / table, silver_copy)
+    start = make_mixed_changes(db, table, changes, wide)
+    end_to_end, decode = c_decoder(db, start)
+    merge = bare_merge(db, table, changes, silver_copy)
+    label = f"{human(changes)} changes, {kind}"
+    results = [Result(f"mariadb-binlog -vv, remote, end to end ({label})", changes, end_to_end),
+               Result(f"  its decode alone, of local files ({label})", changes, decode),
+               Result(f"bare {engine_label().split()[0]} MERGE of the deduplicated changes "
+                      f"({label})", changes, merge)]
+    for name, pipeline in pipelines.items():
+        summary, child = run_cli(pipeline)
+        assert summary["captured_changes"] == changes, summary
+        by = merged_by(pipeline.parent / "lake" / "silver" / table)
+        path = "engine" if name == "projection" or ENGINE.get("sql_only") else "in-process"
+        results += [
+            Result(f"run, {name}, merged by {by} ({label})", changes, child.seconds,
+                   child.peak_mb, "mariadb-binlog -vv", changes / end_to_end),
+            Result(f"  capture {summary['seconds_capture']:.2f} s, merge "
+                   f"{summary['seconds_merge']:.2f} s, the rest "
+                   f"{child.seconds - summary['seconds_capture'] - summary['seconds_merge']:.2f}"
+                   f" s", changes, 0),
+            Result(f"  silver step (window, last change per key, MERGE, state), {name}",
+                   changes, summary["seconds_merge"], None, "bare MERGE", changes / merge),
+            at_least(f"2 binlog to silver, {path} path ({name}): rate / mariadb-binlog -vv, "
+                     f"{label}", end_to_end / child.seconds, BOUNDS[path], "x"),
+        ]
+    return results
+
+
+def bare_merge(db: MariaDB, table: str, changes: int, silver_copy) -> float:
+    """Seconds of one MERGE INTO of the same changes on the benchmark's engine, deduplicated and
+    typed beforehand (every key changed once: the rows the table holds now, and the keys it no
+    longer holds as deletes), into a copy of silver taken before the changes."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     from deltalake import write_deltalake
 
     from cdc_sql.config.model import Source
@@ -82,88 +114,21 @@ def bare_merge(db: MariaDB, table: str, work, silver_copy: str) -> float:
     source = Source(host="127.0.0.1", port=db.port, user=USER, password=PASSWORD)
     with mysql.cursor(source) as cur:
         source_table = read_table(cur, "bench", table)
-    rows = pa.Table.from_batches(list(read_split(source, source_table, Split(
+    now = pa.Table.from_batches(list(read_split(source, source_table, Split(
         f"bench.{table}", 0, None, None), mariadb=True).batches))
-    n = rows.num_rows
-    rows = rows.append_column("_cdc_offset", pa.repeat(pa.scalar("999999:000000000000:000000"), n))
-    rows = rows.append_column("_cdc_op", pa.repeat(pa.scalar("u"), n))
-    rows = rows.append_column("_cdc_ts", pa.repeat(pa.scalar(0, pa.timestamp("us", tz="UTC")), n))
-    changes = str(work / "bare_changes")
-    write_deltalake(changes, rows)
-    out, _ = run_child("-m", "tests.bench.merge_child", silver_copy, changes, "id",
-                       ENGINE.get("mode", "sail"), ENGINE.get("url", ""))
-    return json.loads(out.strip().splitlines()[-1])["seconds"]
-
-
-def run(db: MariaDB, rows: int, wide: bool = False) -> list[Result]:
-    kind = "wide table" if wide else "7 columns"
-    table = create_table(db, rows, "binlog", wide)
-    work = workdir()
-    pipeline = write_pipeline(db, table, work)
-    run_cli(pipeline)  # the snapshot, so the measured run only captures and merges
-    silver_copy = str(work / "silver_copy")
-    shutil.copytree(work / "lake" / "silver" / table, silver_copy)
-    start = make_changes(db, table, rows)
-    parsed, bare = bare_parse(db, table, start)
-    assert parsed == rows, parsed
-    fetch, decode = c_decoder(db, start, work)
-    cores = len(os.sched_getaffinity(0))
-    one_core, all_cores = (capture_alone(pipeline, work, n) for n in (1, cores))
-    summary, peak = run_cli(pipeline)
-    assert summary["captured_changes"] == rows, summary
-    merge = bare_merge(db, table, work, silver_copy)
-    label = f"({kind})"
-    return [
-        Result(f"bare BinLogStreamReader parse {label}", rows, bare),
-        Result(f"mariadb-binlog --raw fetch {label}", rows, fetch),
-        Result(f"mariadb-binlog -vv decode {label}", rows, decode),
-        Result(f"capture -> bronze {label}", rows, summary["seconds_capture"], peak,
-               "bare parse", rows / bare),
-        Result(f"capture -> bronze {label}", rows, summary["seconds_capture"], peak,
-               "mariadb-binlog -vv", rows / decode),
-        Result(f"capture alone, 1 core {label}", rows, one_core),
-        Result(f"capture alone, {cores} cores {label}", rows, all_cores, None, "1 core",
-               rows / one_core),
-        Result(f"bare {engine_label().split()[0]} MERGE (deduplicated) {label}", rows, merge),
-        Result(f"silver step (filter, dedup, MERGE) {label}", rows, summary["seconds_merge"],
-               peak, "bare MERGE", rows / merge),
-    ]
-
-
-def capture_alone(pipeline, work, cores: int) -> float:
-    """Seconds of the capture phase alone on `cores` cores; the lakehouse is left as before."""
-    lake, kept = work / "lake", work / "lake_before"
-    shutil.copytree(lake, kept)
-    try:
-        out, _ = run_child("-m", "tests.bench.capture_child", str(pipeline), str(cores))
-    finally:
-        shutil.rmtree(lake)
-        kept.rename(lake)
-    return json.loads(out.strip().splitlines()[-1])["seconds"]
-
-
-def run_wide(db: MariaDB, rows: int) -> list[Result]:
-    return run(db, rows, wide=True)
-
-
-def run_big_transaction(db: MariaDB, rows: int) -> list[Result]:
-    """Every row of a table updated in one transaction: capture alone (its peak memory must not
-    follow the transaction's size), then the whole run that merges it."""
-    table = create_table(db, rows, "bigtxn")
-    work = workdir()
-    pipeline = write_pipeline(db, table, work)
-    run_cli(pipeline)
-    db.execute("FLUSH BINARY LOGS")
-    start = db.query("SHOW MASTER STATUS")[0][:2]
-    db.execute(f"UPDATE bench.{table} SET a = a + 1, b = CONCAT(b, 'x')")
-    fetch, decode = c_decoder(db, start, work)
-    out, capture_peak = run_child("-m", "tests.bench.capture_child", str(pipeline))
-    captured = json.loads(out.strip().splitlines()[-1])
-    assert captured["changes"] == rows, captured
-    summary, run_peak = run_cli(pipeline)
-    return [
-        Result("one-transaction UPDATE: mariadb-binlog -vv", rows, decode),
-        Result("one-transaction UPDATE: capture alone", rows, captured["seconds"], capture_peak,
-               "mariadb-binlog -vv", rows / decode),
-        Result("one-transaction UPDATE: the run merging it", rows, summary["seconds"], run_peak),
-    ]
+    keys = pa.array(range(1, mixed_rows(changes) + 1), now.schema.field("id").type)
+    gone = keys.filter(pc.invert(pc.is_in(keys, value_set=now["id"])))
+    deletes = pa.table({f.name: gone if f.name == "id" else pa.nulls(len(gone), f.type)
+                        for f in now.schema})
+    rows = pa.concat_tables([now, deletes])
+    ops = ["u"] * now.num_rows + ["d"] * len(gone)
+    rows = rows.append_column("_cdc_offset", pa.repeat(pa.scalar("999999:000000000000:000000"),
+                                                       rows.num_rows))
+    rows = rows.append_column("_cdc_op", pa.array(ops))
+    rows = rows.append_column("_cdc_ts", pa.repeat(pa.scalar(0, pa.timestamp("us", tz="UTC")),
+                                                   rows.num_rows))
+    bare = workdir() / "bare_changes"
+    write_deltalake(str(bare), rows)
+    child = run_child("-m", "tests.bench.merge_child", str(silver_copy), str(bare), "id",
+                      ENGINE.get("mode", "sail"), ENGINE.get("url", ""))
+    return child.last_json()["seconds"]

@@ -14,7 +14,7 @@ from cdc_sql.source.preflight import inspect_source
 
 def main(path: str) -> None:
     pipeline = load_pipeline(path)
-    engine = engines.start(pipeline.engine.mode)
+    engine = engines.start(pipeline.engine.mode, pipeline.engine.url)
     try:
         runner = Runner(pipeline, engine)
         view = inspect_source(pipeline)

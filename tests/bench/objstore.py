@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 from cdc_sql.dev.mariadb import MariaDB
-from tests.bench.binlog import make_changes
-from tests.bench.common import Result, create_table, run_cli, workdir, write_pipeline
+from tests.bench.common import (Result, create_table, make_mixed_changes, mixed_rows, run_cli,
+                                workdir, write_pipeline)
 from tests.objstores import start_moto
 
 ROUNDS = 3
@@ -17,23 +16,24 @@ ROUNDS = 3
 
 def run(db: MariaDB, rows: int, rounds: int = ROUNDS) -> list[Result]:
     """Medians of `rounds` rounds; in each, a new lake on each target in turn (local, then
-    S3): the first run (snapshot and silver), then `rows` updates, then the run that captures
-    and merges them."""
-    table = create_table(db, rows, "objstore")
+    S3): the first run (snapshot and silver), then `rows` changes (common.make_mixed_changes),
+    then the run that captures and merges them."""
     moto = start_moto()
     os.environ.update(moto.env)  # this process reads state; the children inherit it
     try:
         measured = {"local": [], "s3": []}
         for _ in range(rounds):
+            table = create_table(db, mixed_rows(rows), "objstore")  # afresh: changes delete keys
             lakes = {"local": None, "s3": moto.url(moto.bucket())}
             pipelines = {kind: write_pipeline(db, table, workdir(), lake=lake)
                          for kind, lake in lakes.items()}
             first = {kind: _timed_run(p) for kind, p in pipelines.items()}
-            make_changes(db, table, rows)
+            make_mixed_changes(db, table, rows)
             later = {kind: _timed_run(p) for kind, p in pipelines.items()}
             for kind in pipelines:
                 (one, wall1, peak1), (two, wall2, peak2) = first[kind], later[kind]
-                assert one["snapshot_rows"] == rows and two["captured_changes"] == rows, (one, two)
+                assert one["snapshot_rows"] == mixed_rows(rows) and \
+                    two["captured_changes"] == rows, (one, two)
                 measured[kind].append((wall1, one["seconds_snapshot"], one["seconds_merge"],
                                        wall2, two["seconds_capture"], two["seconds_merge"],
                                        max(peak1, peak2)))
@@ -54,6 +54,5 @@ def run(db: MariaDB, rows: int, rounds: int = ROUNDS) -> list[Result]:
 
 
 def _timed_run(pipeline) -> tuple[dict, float, float]:
-    started = time.perf_counter()
-    summary, peak = run_cli(pipeline)
-    return summary, time.perf_counter() - started, peak
+    summary, child = run_cli(pipeline)
+    return summary, child.seconds, child.peak_mb

@@ -113,10 +113,10 @@ def test_a_table_created_from_streams_in_one_commit(tmp_path):
     assert pc.sum(actions["num_records"]).as_py() == 6000
 
 
-def test_streams_appended_to_a_local_table_are_files_written_here_in_one_commit_each(tmp_path):
-    from cdc_sql.lake.tables import DeltaRsTables
+def test_rows_appended_to_a_local_table_are_files_written_here_in_one_commit_each(tmp_path):
+    from cdc_sql.lake import tables as tables_module
 
-    path, tables = str(tmp_path / "t"), DeltaRsTables()
+    path, tables = str(tmp_path / "t"), tables_module.DeltaRsTables()
     tables.create_arrow_table(path, SCHEMA)
 
     def stream(low: int):
@@ -132,10 +132,21 @@ def test_streams_appended_to_a_local_table_are_files_written_here_in_one_commit_
     assert sorted(actions["min.id"].to_pylist()) == [0, 100]
     assert actions["min.ts"].null_count == 2  # this module's statistics: no temporal bounds
 
-    tables.append_arrow(path, [batch([(500, "x", None, 1)])], SCHEMA)  # a list: delta-rs's write
-    actions = pa.RecordBatchReader.from_stream(
+    tables.append_arrow(path, [batch([(500, "x", None, 1)])], SCHEMA)  # a small list (a
+    actions = pa.RecordBatchReader.from_stream(  # state commit): delta-rs's write
         DeltaTable(path).get_add_actions(flatten=True)).read_all()
     assert actions.num_rows == 3 and actions["min.ts"].null_count == 2
+    large = [batch([(i, "x" * 100, None, i) for i in range(1000, 1000 + 12_000)])]
+    assert sum(b.nbytes for b in large) >= tables_module.SMALL_APPEND
+    tables.append_arrow(path, large, SCHEMA)  # a large list (binlog changes): written here
+    actions = pa.RecordBatchReader.from_stream(
+        DeltaTable(path).get_add_actions(flatten=True)).read_all()
+    assert actions.num_rows == 4 and actions["min.ts"].null_count == 3
+    tables.append_arrow(path, large, SCHEMA, schema_mode="merge")  # columns may change
+    actions = pa.RecordBatchReader.from_stream(  # (bronze's schema follows the source's)
+        DeltaTable(path).get_add_actions(flatten=True)).read_all()
+    assert actions.num_rows == 5 and actions["min.ts"].null_count == 3
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 200 + 1 + 2 * 12_000
     wider = SCHEMA.append(pa.field("extra", pa.int32()))
     other = str(tmp_path / "wider")
     tables.create_arrow_table(other, wider)  # columns that differ: delta-rs's write decides
