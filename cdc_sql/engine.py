@@ -358,6 +358,35 @@ LOCAL_CONF = {
 }
 
 
+def s3a_settings(environ) -> dict:
+    """The `spark.hadoop.fs.s3a.*` settings that point a JVM Spark's S3A at the store delta-rs
+    reaches from the same environment (docs/operations.md, "Object storage"), and `s3://` URLs
+    to S3A as delta-rs reads them (only Databricks and EMR know that scheme otherwise).
+
+    No credential is copied into Spark's settings (they show in its UI and event logs): S3A's
+    default chain reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN from
+    the environment itself. An endpoint other than AWS's (MinIO, moto, a gateway) is reached
+    with path-style requests, as delta-rs's object_store does unless
+    AWS_VIRTUAL_HOSTED_STYLE_REQUEST says otherwise."""
+    hadoop = {"fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+              "fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A"}
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    if region:
+        hadoop["fs.s3a.endpoint.region"] = region
+    endpoint = environ.get("AWS_ENDPOINT_URL") or environ.get("AWS_ENDPOINT")
+    if endpoint:
+        hadoop["fs.s3a.endpoint"] = endpoint
+        virtual = _true(environ.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"))
+        hadoop["fs.s3a.path.style.access"] = "false" if virtual else "true"
+        if endpoint.lower().startswith("http://") and _true(environ.get("AWS_ALLOW_HTTP")):
+            hadoop["fs.s3a.connection.ssl.enabled"] = "false"
+    return {f"spark.hadoop.{key}": value for key, value in hadoop.items()}
+
+
+def _true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _start_local() -> Engine:
     """A JVM starts on first use, or in the background from `Engine.prepare()` (5-7 s), like
     Sail: a run whose windows are all merged in this process never starts one."""
@@ -377,7 +406,7 @@ def _start_local() -> Engine:
         builder = SparkSession.builder.master("local[*]").appName("cdc-sql") \
             .config("spark.jars", ",".join(delta)) \
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J}")
-        for key, value in LOCAL_CONF.items():
+        for key, value in {**LOCAL_CONF, **s3a_settings(os.environ)}.items():
             builder = builder.config(key, value)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname warning
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # UDF workers: this Python

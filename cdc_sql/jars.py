@@ -1,9 +1,11 @@
-"""The jars a JVM Spark needs beside its own: Delta Lake for the pyspark in use.
+"""The jars a JVM Spark needs beside its own: Delta Lake for the pyspark in use, and hadoop-aws
+(S3A, for `s3://` and `s3a://` targets) for the Hadoop it ships.
 
 scripts/setup.sh fetches them once into `folder()` (inside the Python environment, so each venv
 holds the jars of its own pyspark) with `mvn dependency:copy-dependencies` on
-conf/spark-jars/pom.xml, for the Delta artifact and version `delta_for` names, and removes the
-jars pyspark already ships (Spark's own versions would win on the classpath anyway). Engine
+conf/spark-jars/pom.xml, for the Delta artifact and version `delta_for` names and the Hadoop
+version of pyspark's own hadoop-client (hadoop-aws must match it), and removes the jars pyspark
+already ships (Spark's own versions would win on the classpath anyway). Engine
 mode `local` and the Spark Connect servers of the tests put the rest on `spark.jars`.
 
 Why not Spark's own `--packages`: it resolves from Maven Central too, but through the local
@@ -29,6 +31,10 @@ DELTA_FOR_SPARK = {
     "4.1": ("delta-spark_4.1_2.13", "4.4.0"),
     "4.0": ("delta-spark_2.13", "4.0.1"),
 }
+# The AWS SDK v2 modules S3A loads, at the version Hadoop 3.4.2 was built with; Hadoop 3.4.1
+# (pyspark 4.0) was built with 2.24.6, whose transfer manager this machine's Maven Central does
+# not serve, and 2.29.52 is a compatible upgrade of it (before the SDK's 2.30 checksum change).
+AWS_SDK = "2.29.52"
 STAMP = ".installed"  # in the folder: the artifact it holds, io.delta:<artifact>:<version>
 _VERSIONED = re.compile(r"^(.+?)-\d[^/]*\.jar$")
 
@@ -45,6 +51,17 @@ def delta_for(spark_version: str) -> tuple[str, str]:
         raise CdcError(f"no Delta Lake release is known to cdc-sql for Spark {spark_version} "
                        f"(supported Spark lines: {', '.join(sorted(DELTA_FOR_SPARK))})")
     return DELTA_FOR_SPARK[line]
+
+
+def hadoop_version(spark_jars: Path) -> str:
+    """The Hadoop release pyspark ships ('3.4.2' of hadoop-client-api-3.4.2.jar): hadoop-aws
+    must be the same release, or S3A fails on classes its Hadoop lacks."""
+    for name in sorted(os.listdir(spark_jars)):
+        match = re.match(r"^hadoop-client-api-(\d[^/]*)\.jar$", name)
+        if match:
+            return match.group(1)
+    raise CdcError(f"pyspark's jars in {spark_jars} hold no hadoop-client-api jar: cannot tell "
+                   f"which hadoop-aws matches it")
 
 
 def folder() -> Path:
@@ -106,11 +123,13 @@ def main(argv: list[str]) -> int:
     """For scripts/setup.sh: `maven` (the -D properties and the folder), `prune`, `check`."""
     version, spark_jars = _pyspark()
     artifact, delta_version = delta_for(version)
+    hadoop = hadoop_version(spark_jars)
     if argv[:1] == ["maven"]:
         print(f"-Ddelta.artifact={artifact} -Ddelta.version={delta_version} "
+              f"-Dhadoop.version={hadoop} -Daws.sdk.version={AWS_SDK} "
               f"-DoutputDirectory={folder()}")
     elif argv[:1] == ["wanted"]:
-        print(f"io.delta:{artifact}:{delta_version}")
+        print(f"io.delta:{artifact}:{delta_version} org.apache.hadoop:hadoop-aws:{hadoop}")
     elif argv[:1] == ["prune"]:
         kept = prune(folder(), spark_jars)
         (folder() / STAMP).write_text(f"io.delta:{artifact}:{delta_version}\n")

@@ -75,7 +75,7 @@ install_jars() {
     echo "setup: installing Java 17 and Maven (Debian packages) for JVM Spark" >&2
     apt_install openjdk-17-jre-headless maven
   fi
-  echo "setup: fetching ${wanted%% *} and its dependencies (Maven) into $dir" >&2
+  echo "setup: fetching ${wanted% *} and their dependencies (Maven) into $dir" >&2
   rm -rf "$dir"
   # shellcheck disable=SC2046 - the properties are words
   mvn -q -B -Dstyle.color=never -f conf/spark-jars/pom.xml dependency:copy-dependencies \

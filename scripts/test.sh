@@ -76,6 +76,14 @@ CDC_SQL_TEST_STORE=s3 .venv/bin/python -m pytest -q \
   -k "not (startup_latest or binlog_rotation)"
 took
 
+# JVM Spark on S3 (hadoop-aws's S3A): delta-rs writes bronze and state, Spark MERGEs silver in
+# the same s3:// lake; then a `cdc-sql run` killed after its Spark MERGE is replayed.
+section "JVM Spark + Delta (engine local) with an s3:// target, every window through MERGE INTO"
+CDC_SQL_TEST_ENGINE=local CDC_SQL_TEST_STORE=s3 CDC_SQL_TEST_SQL_ONLY=1 .venv/bin/python -m pytest -q \
+  "$I/test_end_to_end.py::test_snapshot_then_changes_match_the_source[delta-rs]" \
+  "$I/test_cascades.py::test_a_kill_after_the_merge_replays_the_same_cascades[silver.merged]"
+took
+
 section "a subset with an abfss:// target (Azurite on loopback)"
 CDC_SQL_TEST_STORE=azure .venv/bin/python -m pytest -q \
   $I/test_end_to_end.py::test_snapshot_then_changes_match_the_source \

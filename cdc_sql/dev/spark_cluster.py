@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from cdc_sql import jars
-from cdc_sql.engine import LOCAL_CONF
+from cdc_sql.engine import LOCAL_CONF, s3a_settings
 from cdc_sql.errors import CdcError
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -135,7 +135,9 @@ class ConnectServer(_Processes):
         import pyspark
 
         need_java()
-        conf = {**LOCAL_CONF, "spark.connect.grpc.binding.port": str(self.port),
+        # S3A from this environment (the server's processes inherit it, credentials too)
+        conf = {**LOCAL_CONF, **s3a_settings(os.environ),
+                "spark.connect.grpc.binding.port": str(self.port),
                 "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
                 # Python on the executors: this environment's, importing this cdc_sql and udfs

@@ -53,6 +53,40 @@ def test_jars_pyspark_ships_are_pruned(tmp_path):
                                               "delta-storage-4.4.0.jar"]
 
 
+def test_hadoop_aws_matches_the_hadoop_pyspark_ships(tmp_path):
+    for name in ("hadoop-client-runtime-3.4.1.jar", "hadoop-client-api-3.4.1.jar",
+                 "parquet-hadoop-1.16.0.jar"):
+        (tmp_path / name).touch()
+    assert jars.hadoop_version(tmp_path) == "3.4.1"
+    (tmp_path / "hadoop-client-api-3.4.1.jar").unlink()
+    with pytest.raises(CdcError, match="no hadoop-client-api jar: cannot tell which hadoop-aws"):
+        jars.hadoop_version(tmp_path)
+
+
+def test_s3a_reads_the_environment_delta_rs_reads_and_never_copies_a_secret():
+    moto = {"AWS_ENDPOINT_URL": "http://127.0.0.1:5599", "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+            "AWS_SESSION_TOKEN": "t0ken", "AWS_REGION": "eu-west-1"}
+    settings = engines.s3a_settings(moto)
+    assert settings == {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:5599",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false"}
+    assert not {"AKIDEXAMPLE", "s3cr3t", "t0ken"} & set(settings.values())
+    # AWS itself: s3:// still goes to S3A, virtual-hosted requests, TLS
+    assert engines.s3a_settings({"AWS_DEFAULT_REGION": "us-east-2"}) == {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-2"}
+    hosted = engines.s3a_settings({"AWS_ENDPOINT_URL": "https://s3.example.com",
+                                   "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true"})
+    assert hosted["spark.hadoop.fs.s3a.path.style.access"] == "false"
+    assert "spark.hadoop.fs.s3a.connection.ssl.enabled" not in hosted
+
+
 def test_jars_missing_or_of_another_spark_line_say_what_to_run(tmp_path, monkeypatch):
     monkeypatch.setenv("CDC_SQL_SPARK_JARS", str(tmp_path))
     with pytest.raises(CdcError, match="Delta Lake jars are not installed in .*scripts/setup.sh"):
