@@ -4,7 +4,7 @@
 2. plan splits for tables that have none, snapshot the unfinished ones in parallel;
 3. capture the binlog from where it stopped (first time: the lowest watermark) up to the source
    position seen at start, whole transactions per bronze commit (capture.py);
-4. merge each silver table's next window (planner.py, lake/silver.py), then record the applied
+4. merge each silver table's next window (planner.py, lake/silver/), then record the applied
    offset.
 Each phase commits before the next starts and every commit is replay-safe, so a run killed
 anywhere is finished by the next one (docs/architecture.md, "Crash points").
@@ -24,15 +24,19 @@ from cdc_sql import faults, resnapshot
 from cdc_sql.capture import Capture, Policy
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import CdcError, SourceError, TargetError, out_of_space, redacted
-from cdc_sql.lake import bronze, first_version, small_merge, tables
+from cdc_sql.lake import bronze, first_version, tables
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import (SilverPlan, carries, cascade_parents, cascade_warnings,
-                                 chained, check_untouched, merge_window, owned_tables, owned_versions,
-                                 read_statements, read_whole, silver_plans, snapshot_levels,
-                                 sources_by_table)
+from cdc_sql.lake.silver import route
+from cdc_sql.lake.silver.facts import read_statements
+from cdc_sql.lake.silver.merge import merge_window
+from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
+from cdc_sql.lake.silver.plan import (SilverPlan, carries, cascade_parents, cascade_warnings,
+                                      chained, read_whole, silver_plans, snapshot_levels,
+                                      sources_by_table)
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, OwnerEntry, RunEntry, SplitEntry, State,
                                 TableEntry, check_owner)
 from cdc_sql.ops import metrics
+from cdc_sql import planner
 from cdc_sql.planner import chain_merge, next_window
 from cdc_sql.progress import Progress
 from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_splits
@@ -383,7 +387,7 @@ class Runner:
             if table.qualified in whole else
             group_splits(unfinished[table.qualified], sizes[table.qualified], source.parallelism))]
         levels = snapshot_levels(plans)  # cascades set off cascades: parents first
-        firsts = small_merge.written_ahead(self.lake, plans) if pending else {}
+        firsts = route.written_ahead(self.lake, plans) if pending else {}
         rows = 0
         for level in sorted({levels.get(table.qualified, 0) for table, _ in pending}):
             rows += self._read_pending(view, [(table, group) for table, group in pending
@@ -490,7 +494,7 @@ class Runner:
         if self.pipeline.source.startup == "snapshot-only":
             return 0
         saved = checkpoint.capture
-        start = saved.at if saved else _lowest_watermark(checkpoint)
+        start = saved.at if saved else planner.lowest_watermark(checkpoint.all_splits())
         if start is None:
             return 0
         if self.captured_from is None:
@@ -544,7 +548,8 @@ class Runner:
         say) cannot get that parent's moves: they then merge on their own, with a warning."""
         windows = [self._window(plan, checkpoint, idle=False) for plan in group]
         how = chain_merge([(p.sources[0].qualified, tuple(fk.parent for fk in p.cascades), w,
-                            self._caught_up(p, checkpoint)) for p, w in zip(group, windows)])
+                            planner.caught_up(checkpoint.table(p.spec.name), checkpoint.capture))
+                           for p, w in zip(group, windows)])
         ready = [(p, w) for p, w in zip(group, windows) if w is not None]
         if how == "wait":
             return []
@@ -559,15 +564,6 @@ class Runner:
             entries.append(entry)
             moves += mine
         return entries
-
-    @staticmethod
-    def _caught_up(plan: SilverPlan, checkpoint: Checkpoint) -> str | None:
-        """The applied offset of a table with nothing to merge; None when it waits for
-        something (a snapshot, a re-snapshot)."""
-        entry, capture = checkpoint.table(plan.spec.name), checkpoint.capture
-        caught_up = entry is not None and entry.snapshot_merged and not entry.resnapshot and \
-            capture is not None and entry.applied >= capture.offset
-        return entry.applied if caught_up else None
 
     def _policy(self) -> Policy:
         """What capture does where rows change without row events (capture.Policy)."""
@@ -614,9 +610,6 @@ class Runner:
         if not window.idle:
             moves = merge_window(self.lake, plan, window, statements,
                                  entry.silver_version if entry is not None else None, cascading)
-        if window.first or window.replace:  # a whole snapshot went in: one key range per file
-            for path in owned_tables(self.lake, plan.spec).values():
-                cluster_if_mixed(self.lake, path, list(plan.key))
         source_time = capture.source_time if capture and window.upto == capture.offset else None
         self.batches.append({"phase": "merge", "table": plan.spec.name,
                              "seconds": round(time.monotonic() - started, 3)})
@@ -632,7 +625,7 @@ class Runner:
         """Whether this run will use the engine whatever the size of its windows (tables named
         in a catalog, tables this process cannot merge): then it starts while the source is
         read; otherwise on first use, if ever."""
-        return bool(self.pipeline.target.schema) or small_merge.engine_wanted(self.lake, plans)
+        return bool(self.pipeline.target.schema) or route.engine_wanted(self.lake, plans)
 
     def _register(self, plan: SilverPlan) -> None:
         target = self.pipeline.target
@@ -646,27 +639,11 @@ class Runner:
             self.registered.add(plan.spec.name)
 
     def _idle(self, plan: SilverPlan, applied: str) -> bool:
-        """True when this run captured all of (applied, now] and none of it touched the table:
-        its applied offset then moves on without a MERGE."""
-        return self.captured_from is not None and self.captured_from <= applied and \
-            not any(t.qualified in self.changed_tables for t in plan.sources) and \
-            not any(fk.parent in self.changed_tables for fk in plan.cascades) and \
-            all(self.lake.tables.exists(p) for p in owned_tables(self.lake, plan.spec).values())
-
-
-def cluster_if_mixed(lake, path: str, key: list[str]) -> bool:
-    """Rewrite a table sorted by key unless its files already hold disjoint key ranges of a
-    moderate size (the first silver version, written file for file from bronze's key-range
-    groups, usually does: clustering 2M rows again cost 3.8 s). Returns whether it clustered."""
-    if tables.clustered(lake.tables.key_ranges(path, key[0])):
-        return False
-    lake.tables.cluster(path, key)
-    return True
-
-
-def _lowest_watermark(checkpoint: Checkpoint) -> Position | None:
-    marks = [Position.parse(s.watermark_position) for s in checkpoint.all_splits() if s.done]
-    return min(marks, key=lambda p: p.offset) if marks else None
+        """planner.idle, with what this run captured and whether the table's tables exist."""
+        reads = [t.qualified for t in plan.sources] + [fk.parent for fk in plan.cascades]
+        return planner.idle(self.captured_from, applied, reads, self.changed_tables,
+                    all(self.lake.tables.exists(p)
+                        for p in owned_tables(self.lake, plan.spec).values()))
 
 
 @contextmanager

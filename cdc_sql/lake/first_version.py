@@ -7,7 +7,7 @@ read of splits streams into bronze, its rows also go, in silver's columns, into 
 of their own: `<root>/_first/<silver name>/<attempt>/`, with a manifest (`<attempt>.json`: the
 splits, the watermark, silver's columns, the files and their statistics) written once the files
 are complete and bronze holds the rows. Only where silver will be created in this process
-(small_merge.written_ahead: a plain table, a local lake, silver not there yet), with a
+(lake/silver/route.written_ahead: a plain table, a local lake, silver not there yet), with a
 watermark known at read time (a GTID watermark gets its offset later, from the binlog reader).
 
 When the first window creates silver, `take` hands over these files, moved into silver's

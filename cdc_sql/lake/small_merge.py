@@ -37,7 +37,6 @@ import pyarrow.compute as pc
 
 from cdc_sql import faults
 from cdc_sql.lake import first_version
-from cdc_sql.lake.tables import choose, storage
 from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
 
@@ -70,37 +69,6 @@ def plan_unsuitable(plan, sql_only: bool = False) -> str | None:
            for f in plan.sources[0].arrow_schema):
         return "decimals wider than 64 bits"
     return None
-
-
-def route(plan, engine_mode: str, silver: str, sql_only: bool = False) -> str | None:
-    """Why every window of the table goes through the engine's SQL, known before any run
-    (`cdc-sql plan`); None when a window may be merged here, by what it holds and its size."""
-    reason = plan_unsuitable(plan, sql_only)
-    if reason is None and choose(engine_mode, silver) != "delta-rs":
-        reason = (f"engine mode `{engine_mode}`: the lake's tables are the engine's to write "
-                  f"(delta-rs in this process may not reach its storage)")
-    return reason
-
-
-def engine_wanted(lake, plans) -> bool:
-    """Whether some table's windows go through the engine whatever their size, so that it is
-    worth starting while the source is read. Otherwise it starts on first use, if ever: a run
-    of plain tables on a local path seldom needs it (a window past the memory budget, a DDL)."""
-    return any(plan_unsuitable(plan, lake.sql_only) is not None or
-               storage(lake.silver_path(plan.spec.name)) != "local" for plan in plans)
-
-
-def written_ahead(lake, plans) -> dict[str, list[first_version.Target]]:
-    """Per source table (qualified name), the silver tables whose first version is written
-    during the snapshot (lake/first_version.py): those this module will create, not there yet."""
-    found: dict[str, list[first_version.Target]] = {}
-    for plan in plans:
-        silver = lake.silver_path(plan.spec.name)
-        if plan_unsuitable(plan, lake.sql_only) is None and storage(silver) == "local" and \
-                lake.tables.merges_here(silver) and not lake.tables.exists(silver):
-            found.setdefault(plan.sources[0].qualified, []).append(first_version.Target(
-                lake.first_version_path(plan.spec.name), silver_schema(plan)))
-    return found
 
 
 def unsuitable(plan, window: Window, facts, sql_only: bool = False) -> str | None:
@@ -161,11 +129,12 @@ def _digits(text: pa.ChunkedArray, start: int, stop: int) -> pa.ChunkedArray:
 
 
 def merged(lake, plan, window: Window, facts) -> bool:
-    """Carry the window out here when it may be (see the module's docstring); False when the
-    engine's SQL must (it then finds silver created, if this created it)."""
-    reason = unsuitable(plan, window, facts, lake.sql_only)
+    """Carry out here a window whose route (lake/silver/route.py) says it may be; False when
+    the files say the engine's SQL must after all (it then finds silver created, if this
+    created it)."""
+    reason = None
     silver = lake.silver_path(plan.spec.name)
-    if reason is None and not lake.tables.merges_here(silver):
+    if not lake.tables.merges_here(silver):
         features = lake.tables.unwritable(silver)
         reason = f"delta-rs cannot write its features ({', '.join(features)})" if features \
             else "delta-rs does not reach this table"
@@ -185,13 +154,13 @@ def merged(lake, plan, window: Window, facts) -> bool:
 def _create(lake, plan, window: Window, silver: str) -> str | None:
     """Silver created with the window's snapshot rows, in one commit; why not, if not."""
     source = plan.sources[0]
-    if storage(silver) != "local" and \
+    if not lake.local and \
             lake.tables.file_bytes(lake.snapshot_path(source.db, source.name)) > SNAPSHOT_BYTES:
         return "a large snapshot in an object store (silver is created by the engine)"
     started = time.perf_counter()
     schema = silver_schema(plan)
     written = first_version.take(lake, plan.spec.name, window.splits.get(source.qualified, ()),
-                                 schema, silver) if storage(silver) == "local" else None
+                                 schema, silver) if lake.local else None
     if written is not None:
         faults.point("silver.first_moved")  # files in silver's directory, not in its log
         lake.tables.create_with_files(silver, schema, written)

@@ -18,7 +18,7 @@ import logging
 
 from cdc_sql.errors import StateError
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import check_untouched, owned_tables, owned_versions
+from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
 from cdc_sql.lake.state import State, check_owner
 from cdc_sql.source.offsets import Offset
 

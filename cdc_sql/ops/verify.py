@@ -25,7 +25,7 @@ from cdc_sql.ops.checksum import (FLOAT32_EPSILON, Buckets, Output, mysql_float,
 from cdc_sql.config.model import Pipeline, Table
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import SilverPlan, plan_silver, without_new_columns
+from cdc_sql.lake.silver.plan import SilverPlan, plan_silver, without_new_columns
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable, read_tables
 from cdc_sql.source.values import normalize

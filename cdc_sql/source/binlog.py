@@ -742,7 +742,7 @@ class BinlogReader:
     def _ddl(self, query: ev.Query, event, touched: set[tuple[str, str]], op: str = "",
              where: list | None = None) -> dict:
         """A statement's row in bronze/_binlog: `truncate`, `delete` (a partition's rows, the
-        statement with the conditions that say which: lake/silver.py) or `ddl`; the statement
+        statement with the conditions that say which: lake/silver/execute.py) or `ddl`; the statement
         `redacted` (a DEFAULT or COMMENT may hold what the source's owner would not copy into a
         lake; silver needs only its structure: renames, truncates)."""
         truncated = len(touched) == 1 and ddl.is_truncate(query.statement)

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from cdc_sql.config.model import Table
 from cdc_sql.lake import bronze
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import merge_window, plan_silver
+from cdc_sql.lake.silver.merge import merge_window
+from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.planner import Window
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.schema import Column, SourceTable

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cdc_sql.config.model import Table
-from cdc_sql.lake.silver import Facts, plan_silver
+from cdc_sql.lake.silver.facts import Facts
+from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.lake.small_merge import last_change_per_key, unsuitable
 from cdc_sql.planner import Window
 from cdc_sql.source.schema import Column, SourceTable, arrow_type
