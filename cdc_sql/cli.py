@@ -270,7 +270,7 @@ def _route(plan, lake: Lake, mode: str) -> str:
 
 
 def _run(args) -> int:
-    from cdc_sql.pipeline import run_pipeline  # the run's modules: only for `run`
+    from cdc_sql.run.runner import run_pipeline  # the run's modules: only for `run`
 
     pipeline = _load(args)
     if args.sql_only:
