@@ -27,12 +27,17 @@ import pyarrow.compute as pc
 
 from cdc_sql.errors import SourceError
 from cdc_sql.lake.tables import table_ref
-from cdc_sql.source.binlog import STATEMENTS_SCHEMA
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.rows import META_COLUMNS
 from cdc_sql.source.schema import SourceTable
 
 STATEMENTS = ("", "")  # the pseudo source table of `_binlog` in `landing` lists
+# bronze/_binlog: the statements the binlog reader hands over (binlog.Batch.statements)
+STATEMENTS_SCHEMA = pa.schema([
+    ("offset", pa.string()), ("db", pa.string()), ("tbl", pa.string()), ("op", pa.string()),
+    ("statement", pa.string()), ("commit_ts", pa.timestamp("us", tz="UTC")),
+    ("gtid", pa.string()),
+])
 _WIDENS = {pa.int8(): 0, pa.int16(): 1, pa.int32(): 2, pa.int64(): 3}
 
 

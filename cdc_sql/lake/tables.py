@@ -29,6 +29,8 @@ from typing import Callable, ContextManager, Iterable, Protocol
 
 import pyarrow as pa
 
+from cdc_sql.lake import parquet_files
+from cdc_sql.lake.parquet_files import ROW_GROUP_ROWS
 from cdc_sql.location import OBJECT_STORES, storage
 from cdc_sql.sql import quote, string_literal
 
@@ -41,7 +43,6 @@ RESNAPSHOT_MARK = "cdc-sql: re-snapshot"  # of a silver table replaced by a re-s
 OWN_MERGE = "cdc-sql: merge"
 _OWN_MERGE_GUARDS = ("_cdc_offset", "_cdc_valid_from")
 _MAX_SLICE_BYTES = 32 * 2**20
-ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see writer_properties
 STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
 COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
 WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly"}  # delta-rs writes these (1.6)
@@ -358,8 +359,6 @@ class DeltaRsTables:
         side), then one append commit of them, if any."""
         from deltalake import CommitProperties
 
-        from cdc_sql.lake import parquet_files
-
         actions = parquet_files.write_files(str(path), schema, batches)
         if actions:
             with self._table(path) as table:
@@ -405,8 +404,6 @@ class DeltaRsTables:
         commit: written in parallel by pyarrow on a local path (lake/parquet_files.py), else
         streamed through delta-rs (all opened first: no delta-rs call from inside its write)."""
         if storage(path) == "local":
-            from cdc_sql.lake import parquet_files
-
             parquet_files.create_table(str(path), schema, streams,
                                        configuration=stats_configuration(schema))
             return
@@ -416,8 +413,6 @@ class DeltaRsTables:
     def create_with_files(self, path: str, schema: pa.Schema, actions: list) -> None:
         """Create the local table in one commit of Parquet files already in its directory
         (`actions`: their delta-rs add actions)."""
-        from cdc_sql.lake import parquet_files
-
         parquet_files.create_with(str(path), schema, actions,
                                   configuration=stats_configuration(schema))
 

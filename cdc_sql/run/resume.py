@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pymysql
 
 from cdc_sql import resnapshot
+from cdc_sql.config.startup import parse_timestamp
 from cdc_sql.errors import SourceError
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver.plan import cascade_parents, silver_plans, sources_by_table
@@ -174,7 +175,7 @@ def start_capture(run: Run, view: SourceView, checkpoint: Checkpoint) -> None:
             "earliest": lambda: view.first_binlog,
             "offset": lambda: startup.offset_position(source, source.startup_offset),
             "timestamp": lambda: startup.timestamp_position(
-                source, startup.parse_timestamp(source.startup_timestamp)),
+                source, parse_timestamp(source.startup_timestamp)),
         }[source.startup]()
     run.state.write(CaptureEntry(position=str(start), server=view.server,
                                   gtid=gtid if gtid is not None else

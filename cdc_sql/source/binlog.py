@@ -51,11 +51,6 @@ STOPPED = ("Its pipeline table has on_schema_change: stop. To go on, re-snapshot
            "resnapshot PIPELINE --tables <name>) or choose another on_schema_change")
 log = logging.getLogger(__name__)
 _UTC = dt.timezone.utc
-STATEMENTS_SCHEMA = pa.schema([
-    ("offset", pa.string()), ("db", pa.string()), ("tbl", pa.string()), ("op", pa.string()),
-    ("statement", pa.string()), ("commit_ts", pa.timestamp("us", tz="UTC")),
-    ("gtid", pa.string()),
-])
 _UNSUPPORTED = {
     ev.MYSQL_TRANSACTION_PAYLOAD: "binlog_transaction_compression is on: turn it off on the "
                                   "source (SET GLOBAL binlog_transaction_compression = OFF)",
@@ -701,7 +696,8 @@ class BinlogReader:
     def _new_builder(self, decoder: TableDecoder):
         needs_source = any(c.text is not None and c.text.kind == "server"
                            for c in decoder.columns)
-        return decoder.builder(self.compiled, self._converter() if needs_source else None)
+        return rowdecode_c.builder(decoder, self.compiled,
+                                   self._converter() if needs_source else None)
 
     def take(self) -> Batch:
         """Everything decoded since the last take(), as Arrow batches; builders start empty."""

@@ -91,18 +91,6 @@ class TableDecoder:
                    if c.key_text]
         return pa.schema(fields + [pa.field(n, t) for n, t in META_COLUMNS])
 
-    def builder(self, compiled: bool | None = None, converter=None):
-        """A row builder for this table: the compiled one when it was built (or asked for).
-        `converter` (charsets.ServerConverter) converts text the source must convert."""
-        if compiled is not False:
-            from cdc_sql.source import rowdecode_c  # it imports this module: a cycle at the top
-
-            if rowdecode_c.available():
-                return rowdecode_c.Builder(self, converter)
-            if compiled:
-                raise RuntimeError("the compiled row decoder is not built")
-        return PyBuilder(self, converter)
-
 
 # -- the decoder definition, from a table map and the source's own column definitions ----------
 def table_decoder(table_map: ev.TableMap, source_table, charsets, cur=None,
