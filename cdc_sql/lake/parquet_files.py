@@ -7,7 +7,7 @@ included), which a snapshot, sharing the machine's cores with the server, feels 
 writer per stream, here, holds one row group; streams are written in parallel (pyarrow releases
 the GIL), each into files of about TARGET_ROWS rows, and the files become visible together in
 one commit, as a delta-rs write would make them: the commit that creates a table
-(`create_table`), or an append to an existing one (tables.DeltaRsTables.append_arrow).
+(`create_table`), or an append to an existing one (delta_rs_tables.DeltaRsTables.append_arrow).
 
 Statistics (what data skipping and `tables.clustered` read) are exact: row and null counts of
 every column, from the Arrow values written; minimum and maximum of integer, string and 64-bit

@@ -23,7 +23,7 @@ this module created it): a DDL statement or TRUNCATE in the window, bronze or si
 that differ from the source's (a schema change being carried out), temporal key columns, keys
 that may be NULL, decimals wider than 64 bits (whose statistics delta-rs writes wrong), a
 re-snapshot, a table delta-rs cannot write (a feature it lacks), work past the budget, a large
-snapshot in an object store, or a lake whose tables the engine alone reaches (`SparkTables`).
+snapshot in an object store, or a lake whose tables the engine alone reaches (`spark_tables.SparkTables`).
 """
 from __future__ import annotations
 

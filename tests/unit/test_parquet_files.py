@@ -114,7 +114,7 @@ def test_a_table_created_from_streams_in_one_commit(tmp_path):
 
 
 def test_streams_appended_to_a_local_table_are_files_written_here_in_one_commit_each(tmp_path):
-    from cdc_sql.lake.tables import DeltaRsTables
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
 
     path, tables = str(tmp_path / "t"), DeltaRsTables()
     tables.create_arrow_table(path, SCHEMA)

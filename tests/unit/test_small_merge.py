@@ -128,7 +128,7 @@ def test_the_memory_budget_counts_changes_and_silver():
 def test_file_bytes_of_a_window_counts_the_files_it_may_touch(tmp_path):
     from deltalake import DeltaTable, write_deltalake
 
-    from cdc_sql.lake.tables import DeltaRsTables
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
 
     path = str(tmp_path / "changes")
     for offsets in (["a1", "a5"], ["b1", "b2"], ["c1", "c9"]):
