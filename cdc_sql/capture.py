@@ -29,7 +29,9 @@ from cdc_sql.lake import bronze
 from cdc_sql.lake.tables import each
 from cdc_sql.lake.state import CaptureEntry, ResnapshotEntry, SplitEntry
 from cdc_sql.run import summary
-from cdc_sql.source.binlog import Batch, BinlogReader, Bypass
+from cdc_sql.source.binlog import BinlogReader
+from cdc_sql.source.binlog_rows import Batch
+from cdc_sql.source.binlog_statements import Bypass
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Offset, Position
 

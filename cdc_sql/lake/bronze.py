@@ -32,7 +32,7 @@ from cdc_sql.source.rows import META_COLUMNS
 from cdc_sql.source.schema import SourceTable
 
 STATEMENTS = ("", "")  # the pseudo source table of `_binlog` in `landing` lists
-# bronze/_binlog: the statements the binlog reader hands over (binlog.Batch.statements)
+# bronze/_binlog: the statements the binlog reader hands over (binlog_rows.Batch.statements)
 STATEMENTS_SCHEMA = pa.schema([
     ("offset", pa.string()), ("db", pa.string()), ("tbl", pa.string()), ("op", pa.string()),
     ("statement", pa.string()), ("commit_ts", pa.timestamp("us", tz="UTC")),
