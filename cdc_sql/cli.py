@@ -403,8 +403,8 @@ def _status(args) -> int:
 def console() -> None:
     """The `cdc-sql` command. Its work is durable when main() returns (every commit is
     synchronous), so the process ends there, after the exit handlers and with its output
-    flushed: tearing the interpreter down (extension runtimes, module state) took 0.15-0.3 s
-    of every command."""
+    flushed: tearing the interpreter down (extension runtimes, module state) took a noticeable
+    part of every command (docs/performance.md)."""
     code = main()
     logging.shutdown()
     atexit._run_exitfuncs()

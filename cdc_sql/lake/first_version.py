@@ -2,7 +2,7 @@
 
 A plain table's first window creates silver holding the snapshot rows (lake/small_merge.py).
 Read back from bronze and written again, those rows cost silver a third of the snapshot's time
-(2M rows: 0.55-0.75 s against 1.5-1.8 s), most of it decoding what was just encoded. So while a
+(docs/performance.md), most of it decoding what was just encoded. So while a
 read of splits streams into bronze, its rows also go, in silver's columns, into Parquet files
 of their own: `<root>/_first/<silver name>/<attempt>/`, with a manifest (`<attempt>.json`: the
 splits, the watermark, silver's columns, the files and their statistics) written once the files

@@ -1,10 +1,9 @@
 """Windows of plain tables that fit in memory, merged in this process by delta-rs.
 
 A silver batch through the engine costs five or six round trips (facts, views, the duplicate
-check, the MERGE: about 260 ms on Sail for a table of ten rows), whatever the window's size;
-with hundreds of small tables that fixed cost is the whole batch. And delta-rs MERGEs faster
-than Sail 0.7 at every size measured (250k changes into 250k rows: 0.21 s against 0.85 s; 1M
-into 10M rows: 2.6 s against 7.9 s), at a memory cost that follows silver's size. So a window
+check, the MERGE), whatever the window's size; with hundreds of small tables that fixed cost is
+the whole batch. And delta-rs MERGEs faster than Sail at every size measured, at a memory cost
+that follows silver's size (docs/performance.md, "Measurements behind the code"). So a window
 of a table silver holds as it is (one source table, no projection, no history, no cascades)
 whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with delta-rs, the
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
@@ -217,7 +216,7 @@ def snapshot_rows(lake, source, window: Window,
     """The snapshot rows of the window's done splits (each split's state-recorded attempt),
     each placed at its split's watermark (snapshot_images.sql): a stream per group of splits
     read together, in split order, so silver's files keep the groups' key ranges. Each stream
-    is opened when called (an open reader reads ahead: all of them at once held 1.5 GB)."""
+    is opened when called (an open reader reads ahead: all of them at once hold too much)."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for split_id, attempt, watermark in sorted(window.splits.get(source.qualified, ())):
         groups.setdefault(attempt, []).append((split_id, watermark))

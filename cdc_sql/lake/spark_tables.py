@@ -37,7 +37,7 @@ class SparkTables:
         return int(self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)} LIMIT 1").collect()[0][0])
 
     def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None:
-        """None when this engine cannot tell (Sail 0.7 has no DESCRIBE HISTORY)."""
+        """None when this engine cannot tell (Sail has no DESCRIBE HISTORY)."""
         if not self.engine.describes_history:
             return None
         rows = [(r["version"], r["operation"], r["operationParameters"], r["userMetadata"])

@@ -10,9 +10,9 @@ for the whole target; `choose(engine_mode, path)` then picks who does the table 
 | any other scheme (`dbfs:`, `hdfs://`, ...)     | Spark SQL          | Spark SQL      |
 
 delta-rs runs in this process: it needs no trip through Spark Connect for the small, frequent
-commits of bronze and state, and it does what Sail 0.7 lacks (OPTIMIZE, VACUUM, history,
-type changes). An engine in another process (remote, active) may not share this machine's file
-system, so there everything goes through its own Spark SQL. Data queries (silver's MERGEs,
+commits of bronze and state, and it does what Sail lacks (OPTIMIZE, VACUUM, history,
+type changes: docs/engines.md). An engine in another process (remote, active) may not share
+this machine's file system, so there everything goes through its own Spark SQL. Data queries (silver's MERGEs,
 reads) always run on the engine.
 
 The implementations: `DeltaRsTables` (lake/delta_rs_tables.py) and `SparkTables`
@@ -133,8 +133,8 @@ def operation(operation: str, parameters, mark) -> str:
 
 def predicate(where: list[tuple[str, str, object]], quote_name) -> str:
     """Conditions on columns (column, operator, value), values as SQL literals rendered here
-    and only here (the same in Spark SQL and DataFusion): Sail 0.7 takes no parameters in a
-    DELETE or UPDATE, and delta-rs has none at all."""
+    and only here (the same in Spark SQL and DataFusion): Sail takes no parameters in a
+    DELETE or UPDATE (docs/engines.md), and delta-rs has none at all."""
     assert all(op in ("<", "=", "<=", ">", ">=", "IS", "IN") for _, op, _ in where)
     return " AND ".join(
         f"{quote_name(c)} IN ({', '.join(literal(x) for x in v)})" if op == "IN" else
@@ -204,8 +204,8 @@ def stats_configuration(schema: pa.Schema) -> dict | None:
     """Which columns get file statistics, when Delta's default (the first 32) will not do:
 
     - decimals wider than 64 bits get none: delta-rs 1.6 writes their min/max clamped to
-      2^63-1, which breaks data skipping, and Sail 0.7 then even reads a column whose min
-      equals its max as that wrong value (BIGINT UNSIGNED max became 2^63-1); nor do columns
+      2^63-1, which breaks data skipping, and Sail then even reads a column whose min
+      equals its max as that wrong value (docs/engines.md); nor do columns
       of types Delta Spark keeps no statistics of (`_skipping_type`);
     - past 32 columns, cdc-sql's own `_cdc_*` columns come first (windows are read by
       `_cdc_offset`, snapshot rows by split), then the others in order up to 32."""

@@ -10,9 +10,8 @@ from cdc_sql.lake.tables import stats_properties
 
 def create(lake: Lake, path: str, rows) -> None:
     """A silver or history table created with its first rows, in one commit (a run killed
-    after it finds the table complete), its statistics leaving out decimals wider than 64 bits:
-    Sail 0.7 reads a file whose min equals its max from the statistics, through a 64-bit
-    integer (BIGINT UNSIGNED's maximum came back as 2^63-1)."""
+    after it finds the table complete), its statistics leaving out decimals wider than 64 bits
+    (tables.stats_properties; docs/engines.md)."""
     lake.engine.append(rows, path, stats_properties(rows.schema))
 
 

@@ -73,7 +73,7 @@ def _references(step: Step, name: str) -> bool:
 
 def define_view(engine, step: Step, earlier: list[Step]) -> None:
     """A view in one round trip with the earlier views it reads (as WITH clauses): each
-    round trip to the engine costs 7-10 ms, most of a small table's batch. Parameters of
+    round trip to the engine costs most of a small table's batch. Parameters of
     different views that share a name and differ in value are renamed apart."""
     used, args, ctes = set(), {}, []
 
@@ -120,8 +120,8 @@ def execute_step(lake: Lake, step: Step) -> int | None:
             else (False, None)
         if unique:
             # One candidate per key: they are the changes. A MERGE evaluates a plain view of
-            # bronze as fast as a staged table (measured: 0.40-0.46 s each for 100k changes),
-            # and staging costs another 0.2-0.5 s.
+            # bronze as fast as a staged table, and staging costs half as much again
+            # (docs/performance.md).
             spark.sql(step.as_is).createOrReplaceTempView(step.view)
             return rows
         _staged(lake, step.name, lake.engine.sql(step.sql, step.args)) \
@@ -177,8 +177,7 @@ def apply_truncates(lake: Lake, plan: SilverPlan, facts: Facts) -> None:
 
 def _staged(lake: Lake, staging: str, df):
     """Land a MERGE's source in a staging Delta table and read it back: a MERGE whose source is
-    a query may evaluate it more than once (Sail 0.7 does: 4.3 s instead of 1.5 s for 200k
-    changes), and a history batch reads the table it merges into. A crash after staging just
-    stages again."""
+    a query may evaluate it more than once (Sail does: docs/engines.md), and a history batch
+    reads the table it merges into. A crash after staging just stages again."""
     lake.engine.stage(df, staging)
     return lake.engine.read(staging)

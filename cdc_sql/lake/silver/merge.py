@@ -78,7 +78,7 @@ def batch(lake: Lake, plan: SilverPlan, window: Window, statements: list[tuple] 
 def cluster_if_mixed(lake: Lake, path: str, key: list[str]) -> bool:
     """Rewrite a table sorted by key unless its files already hold disjoint key ranges of a
     moderate size (the first silver version, written file for file from bronze's key-range
-    groups, usually does: clustering 2M rows again cost 3.8 s). Returns whether it clustered."""
+    groups, usually does, and clustering it again costs seconds). Returns whether it clustered."""
     if tables.clustered(lake.tables.key_ranges(path, key[0])):
         return False
     lake.tables.cluster(path, key)

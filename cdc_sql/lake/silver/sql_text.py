@@ -83,8 +83,8 @@ def snapshot_rows_sql(plan: SilverPlan, candidates_view: str,
     """The snapshot rows silver is created with, one UNION ALL branch per group of splits read
     together (an attempt: one bronze commit, one key range). Each branch reads only its own
     bronze files, so Sail writes silver's first files with disjoint key ranges and they need no
-    clustering (measured, 10M rows: one query mixed the groups' files into two partitions that
-    each spanned every key, and a 22 s z-order followed)."""
+    clustering (one query mixed the groups' files into partitions that each spanned every key:
+    docs/performance.md)."""
     attempts = sorted({attempt for entries in (window.splits or {}).values()
                        for _, attempt, _ in entries})
     if len(attempts) < 2:
@@ -145,7 +145,7 @@ def history_merge_sql(lake: Lake, plan: SilverPlan, versions_view: str) -> str:
 
 def _key_match(plan: SilverPlan, left: str, right: str) -> str:
     """Keys compare with `=`; with `<=>` only where a declared key may hold NULLs (a MERGE on
-    `<=>` is about 20% slower)."""
+    `<=>` is slower: docs/performance.md)."""
     equals = "<=>" if plan.key_nullable else "="
     return " AND ".join(f"{left}.{quote(k)} {equals} {right}.{quote(k)}" for k in plan.key)
 
