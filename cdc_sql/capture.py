@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from cdc_sql import faults
 from cdc_sql.lake import bronze
+from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.tables import each
 from cdc_sql.lake.state import CaptureEntry, ResnapshotEntry, SplitEntry
 from cdc_sql.run import summary
@@ -63,7 +64,7 @@ class Policy:
 
 
 class Capture:
-    def __init__(self, lake, state, source, tables, mariadb: bool, matches, stop=None,
+    def __init__(self, lake: Lake, state, source, tables, mariadb: bool, matches, stop=None,
                  server: str = "", policy: Policy = Policy(), schema_at: Position | None = None):
         self.lake, self.state, self.source = lake, state, source
         self.tables = {(t.db, t.name): t for t in tables}

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from cdc_sql.errors import out_of_space
 from cdc_sql.lake import parquet_files
+from cdc_sql.lake.lake import Lake
 
 log = logging.getLogger("cdc_sql")
 MANIFEST = "{attempt}.json"
@@ -150,7 +151,7 @@ def agreeing(manifests: dict[str, dict | None], splits: Iterable[tuple[int, str,
     return list(wanted) or None
 
 
-def take(lake, name: str, splits: Iterable[tuple[int, str, str]], schema: pa.Schema,
+def take(lake: Lake, name: str, splits: Iterable[tuple[int, str, str]], schema: pa.Schema,
          silver: str) -> list | None:
     """The add actions of silver's first version as written during the snapshot, its files
     moved into `silver` (a local directory); None when they are not all there (`agreeing`)."""
@@ -183,7 +184,7 @@ def _manifest(path: str, attempt: str) -> dict | None:
         return None
 
 
-def discard(lake, name: str) -> None:
+def discard(lake: Lake, name: str) -> None:
     """What was written for silver's first version, once silver exists (or is not created
     here)."""
     shutil.rmtree(lake.first_version_path(name), ignore_errors=True)

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from cdc_sql import faults
 from cdc_sql.lake import first_version
+from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
 
@@ -127,7 +128,7 @@ def _digits(text: pa.ChunkedArray, start: int, stop: int) -> pa.ChunkedArray:
     return pc.cast(pc.utf8_slice_codeunits(text, start, stop), pa.int64())
 
 
-def merged(lake, plan, window: Window, facts) -> bool:
+def merged(lake: Lake, plan, window: Window, facts) -> bool:
     """Carry out here a window whose route (lake/silver/route.py) says it may be; False when
     the files say the engine's SQL must after all (it then finds silver created, if this
     created it)."""
@@ -150,7 +151,7 @@ def merged(lake, plan, window: Window, facts) -> bool:
     return True
 
 
-def _create(lake, plan, window: Window, silver: str) -> str | None:
+def _create(lake: Lake, plan, window: Window, silver: str) -> str | None:
     """Silver created with the window's snapshot rows, in one commit; why not, if not."""
     source = plan.sources[0]
     if not lake.local and \
@@ -174,7 +175,7 @@ def _create(lake, plan, window: Window, silver: str) -> str | None:
     return None
 
 
-def _merge_changes(lake, plan, window: Window, silver: str) -> str | None:
+def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     """The window's changes, the last per key, MERGEd into silver; why not, if not."""
     source = plan.sources[0]
     changes_path = lake.changes_path(source.db, source.name)
@@ -211,7 +212,7 @@ def silver_schema(plan) -> pa.Schema:
                      [pa.field(name, meta[name]) for name in plan.columns if name in meta])
 
 
-def snapshot_rows(lake, source, window: Window,
+def snapshot_rows(lake: Lake, source, window: Window,
                   schema: pa.Schema) -> list[Callable[[], Iterator[pa.RecordBatch]]]:
     """The snapshot rows of the window's done splits (each split's state-recorded attempt),
     each placed at its split's watermark (snapshot_images.sql): a stream per group of splits

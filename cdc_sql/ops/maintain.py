@@ -96,7 +96,7 @@ def _offset(text: str) -> str:
     return Offset.parse(text).text  # an offset we wrote; checked before it is bound
 
 
-def _delete(lake, path: str, where: list[tuple]) -> int:
+def _delete(lake: Lake, path: str, where: list[tuple]) -> int:
     if not lake.tables.exists(path):
         return 0
     before = lake.engine.read(path).count()

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from cdc_sql import planner, resnapshot
-from cdc_sql.lake.silver.facts import read_statements
+from cdc_sql.lake.silver.facts import Statement, read_statements
 from cdc_sql.lake.silver.merge import merge_window
 from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
 from cdc_sql.lake.silver.plan import SilverPlan, chained
@@ -57,7 +57,7 @@ class MergePhase:
                  for plan in plans if plan.spec.name not in grouped])
         return [e.table for e in entries]
 
-    def _merge_table(self, plan: SilverPlan, checkpoint: Checkpoint, statements: list[tuple],
+    def _merge_table(self, plan: SilverPlan, checkpoint: Checkpoint, statements: list[Statement],
                      seen: Seen, batches: list[Batch]) -> list[TableEntry]:
         """One table's window into silver; returns its state entry (none without a window)."""
         window = self._window(plan, checkpoint, seen)
@@ -65,7 +65,7 @@ class MergePhase:
             [self._merged(plan, checkpoint, window, statements, batches)[0]]
 
     def _merge_chain(self, group: list[SilverPlan], checkpoint: Checkpoint,
-                     statements: list[tuple], batches: list[Batch]) -> list[TableEntry]:
+                     statements: list[Statement], batches: list[Batch]) -> list[TableEntry]:
         """Tables whose cascades set off cascades, parents first, up to one U: each passes the
         keys its cascades deleted or changed on to the next. Their state entries commit
         together, so a replay works the same cascades out again. All wait while one of them
@@ -109,7 +109,7 @@ class MergePhase:
                            self._idle(plan, entry.applied, seen))
 
     def _merged(self, plan: SilverPlan, checkpoint: Checkpoint, window: Window,
-                statements: list[tuple], batches: list[Batch],
+                statements: list[Statement], batches: list[Batch],
                 cascading: list = ()) -> tuple[TableEntry, list]:
         """The window into silver: the table's state entry, and the keys its cascades deleted
         or changed."""

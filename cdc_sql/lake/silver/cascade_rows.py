@@ -8,7 +8,7 @@ from dataclasses import replace
 from cdc_sql import cascades
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.execute import define_view, execute_step
-from cdc_sql.lake.silver.facts import read_facts, read_statements
+from cdc_sql.lake.silver.facts import Statement, read_facts, read_statements
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.steps import StepKind, batch_steps
 from cdc_sql.lake.tables import table_ref
@@ -20,7 +20,7 @@ from cdc_sql.sql import quote, render
 log = logging.getLogger("cdc_sql")
 
 
-def cascade_rows(lake: Lake, plan: SilverPlan, window: Window, statements: list[tuple] | None,
+def cascade_rows(lake: Lake, plan: SilverPlan, window: Window, statements: list[Statement] | None,
                  silver_version: int | None, cascading: list[cascades.ParentChange] = ()
                  ) -> tuple[tuple | None, list[cascades.ParentChange]]:
     """The child rows the foreign-key cascades of the window changed, as images of the batch:
@@ -85,7 +85,7 @@ def _event_of(offset: str) -> tuple[int, int]:
     return parsed.file_seq, parsed.pos
 
 
-def _child_versions(lake: Lake, plan: SilverPlan, window: Window, statements: list[tuple] | None,
+def _child_versions(lake: Lake, plan: SilverPlan, window: Window, statements: list[Statement] | None,
                     silver_version: int | None):
     """Every image of the child the window reads (snapshot rows, binlog changes) and, after the
     first batch, silver's rows as the window began, in the images' columns."""

@@ -2,7 +2,9 @@
 table metadata and the statements table by the lake's table reader (never the engine)."""
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +43,18 @@ class Facts:
 STATEMENT_OPS = ("ddl", "truncate", "delete", "no_fk_checks")
 
 
-def read_statements(lake: Lake) -> list[tuple]:
+class Statement(NamedTuple):
+    """A row of bronze/_binlog as silver reads it (read_statements)."""
+
+    db: str
+    tbl: str
+    op: str                # one of STATEMENT_OPS
+    offset: str
+    commit_ts: dt.datetime
+    statement: str
+
+
+def read_statements(lake: Lake) -> list[Statement]:
     """Every DDL statement and TRUNCATE bronze holds, and the rows events written with
     foreign_key_checks=0 (no cascade happened), in order, as (db, table, op, offset, commit
     time, statement): read once for all the tables of a merge, each of which takes those of
@@ -52,11 +65,11 @@ def read_statements(lake: Lake) -> list[tuple]:
     rows = lake.tables.read_arrow(lake.statements_path,
                                   ["db", "tbl", "op", "offset", "commit_ts", "statement"])
     rows = rows.filter(pc.is_in(rows["op"], pa.array(STATEMENT_OPS))).sort_by("offset")
-    return [tuple(row.values()) for row in rows.to_pylist()]
+    return [Statement(**row) for row in rows.to_pylist()]
 
 
 def read_facts(lake: Lake, plan: SilverPlan, window: Window,
-               statements: list[tuple] | None = None) -> Facts:
+               statements: list[Statement] | None = None) -> Facts:
     """What the window's SQL depends on; `statements` as read_statements gives them (read here
     when not given)."""
     if statements is None:

@@ -14,7 +14,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.cascade_rows import cascade_rows
 from cdc_sql.lake.silver.evolve import start_history
 from cdc_sql.lake.silver.execute import run_batch
-from cdc_sql.lake.silver.facts import read_facts
+from cdc_sql.lake.silver.facts import Statement, read_facts
 from cdc_sql.lake.silver.ownership import owned_tables
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.route import clusters, route
@@ -24,7 +24,7 @@ log = logging.getLogger("cdc_sql")
 
 
 def merge_window(lake: Lake, plan: SilverPlan, window: Window,
-                 statements: list[tuple] | None = None, silver_version: int | None = None,
+                 statements: list[Statement] | None = None, silver_version: int | None = None,
                  cascading: list[cascades.ParentChange] = ()) -> list[cascades.ParentChange]:
     """The first batch (silver created from the snapshot rows; with history, history begins
     once silver is past every split's read) or an ordinary one. `silver_version`: silver's
@@ -45,7 +45,7 @@ def merge_window(lake: Lake, plan: SilverPlan, window: Window,
 
 
 def _first_with_history(lake: Lake, plan: SilverPlan, window: Window,
-                        statements: list[tuple] | None, cascaded: tuple | None) -> None:
+                        statements: list[Statement] | None, cascaded: tuple | None) -> None:
     """Silver up to where history starts, then history from silver, then the rest."""
     start = window.history_start or window.upto
     if not lake.tables.exists(lake.history_path(plan.spec.name)):  # else a rerun: past it
@@ -57,7 +57,7 @@ def _first_with_history(lake: Lake, plan: SilverPlan, window: Window,
         batch(lake, plan, Window(start, window.upto), statements, cascaded)
 
 
-def batch(lake: Lake, plan: SilverPlan, window: Window, statements: list[tuple] | None = None,
+def batch(lake: Lake, plan: SilverPlan, window: Window, statements: list[Statement] | None = None,
           cascaded: tuple | None = None) -> None:
     """One batch by its route: in this process when it may be (and the files agree), else the
     engine's steps. `cascaded`: the rows cascades changed (cascade_rows)."""
