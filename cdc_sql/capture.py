@@ -26,9 +26,13 @@ from dataclasses import dataclass, field, replace
 
 from cdc_sql import faults
 from cdc_sql.lake import bronze
+from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.tables import each
 from cdc_sql.lake.state import CaptureEntry, ResnapshotEntry, SplitEntry
-from cdc_sql.source.binlog import Batch, BinlogReader, Bypass
+from cdc_sql.run import summary
+from cdc_sql.source.binlog import BinlogReader
+from cdc_sql.source.binlog_rows import Batch
+from cdc_sql.source.binlog_statements import Bypass
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Offset, Position
 
@@ -44,7 +48,7 @@ class Pass:
     schema_changed: list[str] = field(default_factory=list)
     started_at: str | None = None        # the offset it started from
     resnapshots: list[str] = field(default_factory=list)  # source tables it asked to read again
-    batches: list[dict] = field(default_factory=list)  # rows and seconds of each commit
+    batches: list[summary.Batch] = field(default_factory=list)  # each commit: rows, seconds
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class Policy:
 
 
 class Capture:
-    def __init__(self, lake, state, source, tables, mariadb: bool, matches, stop=None,
+    def __init__(self, lake: Lake, state, source, tables, mariadb: bool, matches, stop=None,
                  server: str = "", policy: Policy = Policy(), schema_at: Position | None = None):
         self.lake, self.state, self.source = lake, state, source
         self.tables = {(t.db, t.name): t for t in tables}
@@ -206,8 +210,8 @@ class Capture:
         result.changes += rows
         result.changed_tables.update(f"{db}.{name}" for db, name in batch.tables)
         result.changed_tables.update(f"{s['db']}.{s['tbl']}" for s in batch.statements)
-        result.batches.append({"phase": "capture", "rows": rows,
-                               "seconds": round(time.monotonic() - started, 3)})
+        result.batches.append(summary.Batch(phase="capture", rows=rows,
+                                            seconds=round(time.monotonic() - started, 3)))
 
     def _requests(self, bypassed: list[Bypass], result: Pass) -> list[ResnapshotEntry]:
         """Re-snapshot requests for tables whose rows changed without row events, recorded

@@ -17,10 +17,12 @@ from cdc_sql import engine
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError, redacted
-from cdc_sql.lake import small_merge
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import (Facts, batch_steps, cascade_parents, cascade_warnings,
-                                 describe, silver_plans, sources_by_table)
+from cdc_sql.lake.silver.facts import Facts
+from cdc_sql.lake.silver.plan import (cascade_parents, cascade_warnings, silver_plans,
+                                      sources_by_table)
+from cdc_sql.lake.silver.route import Way, route
+from cdc_sql.lake.silver.steps import batch_steps, describe
 from cdc_sql.lake.state import State
 from cdc_sql.location import redact
 from cdc_sql.lock import target_lock
@@ -233,12 +235,12 @@ def _validate(args) -> int:
 def _plan(args) -> int:
     pipeline = _load(args)
     view = preflight.inspect_source(pipeline)
-    lake = Lake(None, pipeline.root, None)  # paths only: plan reads no lake table
+    lake = Lake(None, pipeline.root, None,  # paths only: plan reads no lake table
+                args.sql_only or pipeline.engine.sql_only)
     with mysql.cursor(pipeline.source) as cur:
         for plan in silver_plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
-            print(_route(plan, lake, args.engine or pipeline.engine.mode,
-                         args.sql_only or pipeline.engine.sql_only))
+            print(_route(plan, lake, args.engine or pipeline.engine.mode))
             for table in plan.sources:
                 splits = plan_splits(cur, table, pipeline.source.chunk_size,
                                      pipeline.source.parallelism)
@@ -259,23 +261,16 @@ def _plan(args) -> int:
     return 0
 
 
-def _route(plan, lake: Lake, mode: str, sql_only: bool) -> str:
-    """Which path the table's windows take, and why (`plan`)."""
-    reason = small_merge.route(plan, mode, lake.silver_path(plan.spec.name), sql_only)
-    if reason is not None:
-        return f"-- windows: every one through the engine's SQL below: {reason}"
-    return (f"-- windows: merged in this process by delta-rs with the same rule when one has no "
-            f"DDL or TRUNCATE, the source's columns in bronze and silver, silver's protocol "
-            f"asks for no feature delta-rs cannot write, and its MERGE fits in "
-            f"{small_merge.MEMORY_BUDGET // 2**20} MB by the file sizes; so is the first "
-            f"batch, on a local path (its snapshot rows written into silver's files while they "
-            f"are read), or in an object store with at most "
-            f"{small_merge.SNAPSHOT_BYTES // 2**20} MB of snapshot rows in bronze; else "
-            f"through the engine's SQL below (engine.sql_only forces that)")
+def _route(plan, lake: Lake, mode: str) -> str:
+    """Which way the table's windows take, and why (`plan`; lake/silver/route.py)."""
+    found = route(plan, None, lake, engine_mode=mode)
+    if found.way is Way.ENGINE_SQL:
+        return f"-- windows: every one through the engine's SQL below: {found.reason}"
+    return f"-- windows: merged in this process by delta-rs with the same rule {found.reason}"
 
 
 def _run(args) -> int:
-    from cdc_sql.pipeline import run_pipeline  # the run's modules: only for `run`
+    from cdc_sql.run.runner import run_pipeline  # the run's modules: only for `run`
 
     pipeline = _load(args)
     if args.sql_only:
@@ -408,8 +403,8 @@ def _status(args) -> int:
 def console() -> None:
     """The `cdc-sql` command. Its work is durable when main() returns (every commit is
     synchronous), so the process ends there, after the exit handlers and with its output
-    flushed: tearing the interpreter down (extension runtimes, module state) took 0.15-0.3 s
-    of every command."""
+    flushed: tearing the interpreter down (extension runtimes, module state) took a noticeable
+    part of every command (docs/performance.md)."""
     code = main()
     logging.shutdown()
     atexit._run_exitfuncs()

@@ -211,7 +211,7 @@ class SailEngine(Engine):
 
 
 def _sail_version(spark, path: str, version: int):
-    """A table's rows as of `version`, read from the data files delta-rs lists for it: Sail 0.7
+    """A table's rows as of `version`, read from the data files delta-rs lists for it: Sail
     fails to time-travel to a version older than the table's last checkpoint unless a checkpoint
     sits at it or just before it ("Missing commit file: expected version 0, found N"; Sail writes
     a checkpoint every 10 commits). Sail writes no deletion vectors, column mapping or partitions
@@ -322,8 +322,8 @@ def _reachable(url: str, timeout: float = 10.0) -> None:
 
 
 def _start_sail() -> Engine:
-    """Sail starts on first use, or in the background from `Engine.prepare()` (1-2 s of imports
-    and server start, overlapped with reading the source)."""
+    """Sail starts on first use, or in the background from `Engine.prepare()` (imports and
+    server start, overlapped with reading the source: run/engine_policy.py)."""
     # Sail logs each Delta commit retry as an ERROR line, and warns at every exit that it
     # aborts its session actor's tasks (`aborting N task(s) for SessionManagerActor`).
     os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
@@ -388,7 +388,7 @@ def _true(value: str | None) -> bool:
 
 
 def _start_local() -> Engine:
-    """A JVM starts on first use, or in the background from `Engine.prepare()` (5-7 s), like
+    """A JVM starts on first use, or in the background from `Engine.prepare()` (seconds), like
     Sail: a run whose windows are all merged in this process never starts one."""
     import pyspark
 

@@ -21,8 +21,10 @@ later, a new shard), the rows of the snapshot splits being merged. The rules
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterable
 
 from cdc_sql.lake.state import CaptureEntry, SplitEntry, TableEntry
+from cdc_sql.source.offsets import Position
 
 Splits = dict[str, tuple[tuple[int, str, str], ...]]  # source table -> (id, attempt, watermark)
 
@@ -105,3 +107,27 @@ def chain_merge(members: list[tuple[str, tuple[str, ...], Window | None, str | N
                 for parent in parents):
         return "apart"
     return "together"
+
+
+def caught_up(entry: TableEntry | None, capture: CaptureEntry | None) -> str | None:
+    """The applied offset of a table with nothing to merge; None when it waits for something
+    (a snapshot, a re-snapshot)."""
+    caught = entry is not None and entry.snapshot_merged and not entry.resnapshot and \
+        capture is not None and entry.applied >= capture.offset
+    return entry.applied if caught else None
+
+
+def idle(captured_from: str | None, applied: str, reads: Iterable[str],
+         changed: set[str], tables_exist: bool) -> bool:
+    """True when this run captured all of (applied, now] (`captured_from`: where its capture
+    began) and none of it touched the table (`reads`: the source tables it reads and those
+    whose cascades it applies; `changed`: the tables capture wrote): its applied offset then
+    moves on without a MERGE. Never while its silver or history table is missing."""
+    return captured_from is not None and captured_from <= applied and \
+        not any(t in changed for t in reads) and tables_exist
+
+
+def lowest_watermark(splits: Iterable[SplitEntry]) -> Position | None:
+    """Where capture starts the first time: the lowest watermark of the done splits."""
+    marks = [Position.parse(s.watermark_position) for s in splits if s.done]
+    return min(marks, key=lambda p: p.offset) if marks else None

@@ -10,7 +10,7 @@
 3. The splits are read like a first snapshot's, each at its watermark (past `start`).
 4. Once capture has passed every watermark, one window replaces silver, in one commit, by the
    first batch's rules; history gains the differences as versions first (planner.py,
-   lake/silver.py). Until then silver stays readable as it stood, and the table waits.
+   lake/silver/). Until then silver stays readable as it stood, and the table waits.
 
 The decisions are pure functions of state and what the source says.
 """

@@ -70,7 +70,7 @@ def _binlog_end(source):
 
 
 # -- as Spark tasks -----------------------------------------------------------------------------
-def land_as_spark_tasks(lake, source, jobs: list[tuple[SourceTable, list[Split]]],
+def land_as_spark_tasks(lake: Lake, source, jobs: list[tuple[SourceTable, list[Split]]],
                         mariadb: bool, base: int = 0) -> list[SplitEntry]:
     """Land every group of splits in its own Spark task; returns their state entries."""
     groups = lake.spark.createDataFrame([(i,) for i in range(len(jobs))], "job INT")
@@ -95,7 +95,7 @@ def _task(root: str, source, jobs: list[tuple[SourceTable, list[Split]]], mariad
     return land
 
 
-def _writer(lake) -> Writer:
+def _writer(lake: Lake) -> Writer:
     def write(table, batches, attempt, offset, read_at) -> dict[int, int]:
         return bronze.write_splits(lake, table, batches, attempt, offset, read_at)
 

@@ -21,16 +21,12 @@ from typing import Any
 
 from cdc_sql.config.loader import Document, read_document
 from cdc_sql.config.projection import parse_projection
+from cdc_sql.config.startup import check_startup
 from cdc_sql.errors import ConfigError, hide
 from cdc_sql.location import Location, refused
 
 SCHEMA_CHANGE_POLICIES = ("evolve", "resnapshot", "stop", "ignore_new_columns")
 STARTUP_MODES = ("initial", "latest", "earliest", "timestamp", "offset", "gtid", "snapshot-only")
-# MariaDB: domain-server-seq[,...]; MySQL: a GTID set, uuid:1-5[:7-9][,uuid2:...]
-_UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
-GTID_POSITION = re.compile(
-    r"\d+-\d+-\d+(\s*,\s*\d+-\d+-\d+)*|"
-    rf"{_UUID}(:\d+(-\d+)?)+(\s*,\s*{_UUID}(:\d+(-\d+)?)+)*")
 ENGINE_MODES = ("sail", "remote", "local", "active")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A literal db.table: plain names, or either part in backticks (`odd-db`.`we"ird|name`,
@@ -255,7 +251,7 @@ def load_pipeline(file: str | Path, environ: dict[str, str] | None = None,
     notices = [str(doc.error(f"${{{name}}} is not set: not checked offline (a run needs it)",
                              path)) for path, name in doc.unset.items()]
     pipeline = _read_secrets(pipeline, doc, offline, notices)
-    _check_startup(pipeline, doc)
+    check_startup(pipeline, doc)
     _check_target(pipeline, doc)
     _check_tables(pipeline, doc)
     return dataclasses.replace(pipeline, warnings=tuple(notices))
@@ -345,34 +341,6 @@ def _check_target(pipeline: Pipeline, doc: Document) -> None:
     if pipeline.target.catalog and not pipeline.target.schema:
         raise doc.error("`catalog` needs `schema` too (tables register as catalog.schema.name)",
                         "target.schema")
-
-
-def _check_startup(pipeline: Pipeline, doc: Document) -> None:
-    source = pipeline.source
-    needs = {"timestamp": "startup_timestamp", "offset": "startup_offset", "gtid": "startup_gtid"}
-    for mode, key in needs.items():
-        value = getattr(source, key)
-        if source.startup == mode and not value:
-            raise doc.error(f"startup: {mode} needs `{key}`", f"source.{key}")
-        if value and source.startup != mode:
-            raise doc.error(f"`{key}` is only for startup: {mode}", f"source.{key}")
-    if source.startup_gtid and not GTID_POSITION.fullmatch(source.startup_gtid.strip()):
-        raise doc.error(f"startup_gtid `{source.startup_gtid}` is neither a MariaDB GTID "
-                        f"position (0-1-100,1-1-7) nor a MySQL GTID set (uuid:1-100)",
-                        "source.startup_gtid")
-    if source.startup_timestamp:
-        # source/ only when a startup time is set: `validate --offline` needs no driver
-        from cdc_sql.source.startup import parse_timestamp
-
-        try:
-            parse_timestamp(source.startup_timestamp)
-        except (ValueError, OverflowError, OSError):
-            raise doc.error(f"`{source.startup_timestamp}` is not a time (write "
-                            f"2024-05-01 12:00:00 in UTC, or epoch seconds)",
-                            "source.startup_timestamp") from None
-    if source.startup_offset and not re.fullmatch(r".+\.\d+:\d+", source.startup_offset):
-        raise doc.error(f"`{source.startup_offset}` is not file:position (e.g. binlog.000003:1234)",
-                        "source.startup_offset")
 
 
 def _check_tables(pipeline: Pipeline, doc: Document) -> None:

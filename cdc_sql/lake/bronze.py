@@ -26,13 +26,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_sql.errors import SourceError
+from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.tables import table_ref
-from cdc_sql.source.binlog import STATEMENTS_SCHEMA
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.rows import META_COLUMNS
 from cdc_sql.source.schema import SourceTable
 
 STATEMENTS = ("", "")  # the pseudo source table of `_binlog` in `landing` lists
+# bronze/_binlog: the statements the binlog reader hands over (binlog_rows.Batch.statements)
+STATEMENTS_SCHEMA = pa.schema([
+    ("offset", pa.string()), ("db", pa.string()), ("tbl", pa.string()), ("op", pa.string()),
+    ("statement", pa.string()), ("commit_ts", pa.timestamp("us", tz="UTC")),
+    ("gtid", pa.string()),
+])
 _WIDENS = {pa.int8(): 0, pa.int16(): 1, pa.int32(): 2, pa.int64(): 3}
 
 
@@ -51,7 +57,7 @@ def changes_schema(table: SourceTable) -> pa.Schema:
 
 
 # -- snapshot splits -----------------------------------------------------------------------------
-def write_splits(lake, table: SourceTable, batches: Iterable[pa.RecordBatch], attempt: str,
+def write_splits(lake: Lake, table: SourceTable, batches: Iterable[pa.RecordBatch], attempt: str,
                  watermark: str, read_at: dt.datetime,
                  on_batch=lambda rows: None) -> dict[int, int]:
     """Stream the rows of consecutive splits (each row tagged with its split) into bronze in one
@@ -83,12 +89,12 @@ def tag_split_rows(table: SourceTable, batches: Iterable[pa.RecordBatch], attemp
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def ensure_snapshot_table(lake, table: SourceTable) -> None:
+def ensure_snapshot_table(lake: Lake, table: SourceTable) -> None:
     lake.tables.create_arrow_table(lake.snapshot_path(table.db, table.name),
                                    snapshot_schema(table))
 
 
-def reset(lake, table: SourceTable) -> None:
+def reset(lake: Lake, table: SourceTable) -> None:
     """Empty a source table's snapshot and changes tables, in the source's current columns, for
     a re-snapshot: the new splits and the changes after them are all silver will read (a type
     the old rows could not share a column with is then no obstacle)."""
@@ -96,7 +102,7 @@ def reset(lake, table: SourceTable) -> None:
     lake.tables.reset(lake.changes_path(table.db, table.name), changes_schema(table))
 
 
-def drop_unfinished(lake, table: SourceTable, split_ids: Iterable[int]) -> None:
+def drop_unfinished(lake: Lake, table: SourceTable, split_ids: Iterable[int]) -> None:
     """Delete rows that earlier, unfinished attempts left for these splits."""
     ids = sorted(set(split_ids))
     path = lake.snapshot_path(table.db, table.name)
@@ -105,16 +111,16 @@ def drop_unfinished(lake, table: SourceTable, split_ids: Iterable[int]) -> None:
 
 
 # -- binlog changes ------------------------------------------------------------------------------
-def ensure_changes_table(lake, table: SourceTable) -> None:
+def ensure_changes_table(lake: Lake, table: SourceTable) -> None:
     lake.tables.create_arrow_table(lake.changes_path(table.db, table.name),
                                    changes_schema(table))
 
 
-def ensure_statements_table(lake) -> None:
+def ensure_statements_table(lake: Lake) -> None:
     lake.tables.create_arrow_table(lake.statements_path, STATEMENTS_SCHEMA)
 
 
-def append_changes(lake, table: SourceTable, batches: list[pa.RecordBatch]) -> None:
+def append_changes(lake: Lake, table: SourceTable, batches: list[pa.RecordBatch]) -> None:
     """One commit of a table's change rows; the table's columns follow the batches' (a column
     the source added is added, a narrower one is cast up, a widened one widens bronze first)."""
     path = lake.changes_path(table.db, table.name)
@@ -133,7 +139,7 @@ def append_changes(lake, table: SourceTable, batches: list[pa.RecordBatch]) -> N
                              schema_mode=None if same else "merge")
 
 
-def _engine_started(lake) -> None:
+def _engine_started(lake: Lake) -> None:
     """Waits for an engine that is starting on its own thread (importing pyspark) before this
     thread imports pyspark too: two threads importing it at once can meet a half-imported
     module ("partially initialized module ... circular import")."""
@@ -142,7 +148,7 @@ def _engine_started(lake) -> None:
         engine.spark  # noqa: B018 - the wait
 
 
-def append_statements(lake, statements: list[dict]) -> None:
+def append_statements(lake: Lake, statements: list[dict]) -> None:
     """The statements of the captured tables (redacted by the binlog reader)."""
     if statements:
         lake.tables.append_arrow(lake.statements_path,
@@ -165,7 +171,7 @@ def _merged_schema(current: pa.Schema, incoming: list[pa.Schema], table) -> pa.S
     return pa.schema([fields[n] for n in order])
 
 
-def cannot_hold(lake, table: SourceTable) -> str:
+def cannot_hold(lake: Lake, table: SourceTable) -> str:
     """Why bronze's changes table cannot take the table's rows as now defined (a column whose
     type is no widening of the one bronze holds), or "" when it can."""
     path = lake.changes_path(table.db, table.name)
@@ -211,7 +217,7 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def drop_after(lake, tables: list[tuple[str, str]], after: Offset) -> None:
+def drop_after(lake: Lake, tables: list[tuple[str, str]], after: Offset) -> None:
     """Delete what a run landed beyond `after` in these tables (state's `landing`), when it
     will be read again under other offsets (on another server, after a failover)."""
     for db, name in tables:
@@ -220,14 +226,14 @@ def drop_after(lake, tables: list[tuple[str, str]], after: Offset) -> None:
             lake.tables.delete_rows(path, [(column, ">", after.text)])
 
 
-def _offsets_of(lake, db: str, name: str) -> tuple[str, str]:
+def _offsets_of(lake: Lake, db: str, name: str) -> tuple[str, str]:
     """A landing table's path and offset column (the statements table's differs)."""
     if (db, name) == STATEMENTS:
         return lake.statements_path, "offset"
     return lake.changes_path(db, name), "_cdc_offset"
 
 
-def landed_after(lake, tables: list[tuple[str, str]], after: Offset) -> dict:
+def landed_after(lake: Lake, tables: list[tuple[str, str]], after: Offset) -> dict:
     """Per (db, table): the last offset bronze holds beyond `after`, for the tables a run was
     writing when it stopped (state's `landing`); capture skips what is there."""
     found = {}

@@ -2,12 +2,12 @@
 
 A plain table's first window creates silver holding the snapshot rows (lake/small_merge.py).
 Read back from bronze and written again, those rows cost silver a third of the snapshot's time
-(2M rows: 0.55-0.75 s against 1.5-1.8 s), most of it decoding what was just encoded. So while a
+(docs/performance.md), most of it decoding what was just encoded. So while a
 read of splits streams into bronze, its rows also go, in silver's columns, into Parquet files
 of their own: `<root>/_first/<silver name>/<attempt>/`, with a manifest (`<attempt>.json`: the
 splits, the watermark, silver's columns, the files and their statistics) written once the files
 are complete and bronze holds the rows. Only where silver will be created in this process
-(small_merge.written_ahead: a plain table, a local lake, silver not there yet), with a
+(lake/silver/route.written_ahead: a plain table, a local lake, silver not there yet), with a
 watermark known at read time (a GTID watermark gets its offset later, from the binlog reader).
 
 When the first window creates silver, `take` hands over these files, moved into silver's
@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from cdc_sql.errors import out_of_space
 from cdc_sql.lake import parquet_files
+from cdc_sql.lake.lake import Lake
 
 log = logging.getLogger("cdc_sql")
 MANIFEST = "{attempt}.json"
@@ -150,7 +151,7 @@ def agreeing(manifests: dict[str, dict | None], splits: Iterable[tuple[int, str,
     return list(wanted) or None
 
 
-def take(lake, name: str, splits: Iterable[tuple[int, str, str]], schema: pa.Schema,
+def take(lake: Lake, name: str, splits: Iterable[tuple[int, str, str]], schema: pa.Schema,
          silver: str) -> list | None:
     """The add actions of silver's first version as written during the snapshot, its files
     moved into `silver` (a local directory); None when they are not all there (`agreeing`)."""
@@ -183,7 +184,7 @@ def _manifest(path: str, attempt: str) -> dict | None:
         return None
 
 
-def discard(lake, name: str) -> None:
+def discard(lake: Lake, name: str) -> None:
     """What was written for silver's first version, once silver exists (or is not created
     here)."""
     shutil.rmtree(lake.first_version_path(name), ignore_errors=True)

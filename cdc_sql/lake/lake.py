@@ -16,12 +16,17 @@ object store URL or a SQL path literal as they are: Sail percent-encodes some of
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 
-from cdc_sql.lake.tables import TableOps, table_ops
+from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+from cdc_sql.lake.spark_tables import SparkTables
+from cdc_sql.lake import tables
+from cdc_sql.lake.tables import TableOps
 from cdc_sql.location import Location
 
+log = logging.getLogger("cdc_sql")
 _SAFE = re.compile(rb"[A-Za-z0-9_]")
 
 
@@ -90,3 +95,46 @@ class Lake:
 
     def first_version_path(self, name: str) -> str:
         return self._at("_first", name)
+
+
+# -- who carries out table operations ---------------------------------------------------------
+class WithFallback:
+    """delta-rs's table operations, except that a change to a table asking for features
+    delta-rs cannot write (deletion vectors or column mapping, which Databricks turns on for
+    new tables and a user may turn on for silver) goes through the engine's Spark SQL. Reads
+    stay with delta-rs, which reads those features. Each table's features are said once."""
+
+    ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
+              "cluster", "overwrite_arrow", "reset")
+
+    def __init__(self, tables: DeltaRsTables, engine):
+        self._tables, self._engine, self._said = tables, engine, set()
+
+    def unwritable(self, path: str) -> list[str]:
+        features = self._tables.unwritable(path)
+        if features and path not in self._said:
+            self._said.add(path)
+            log.info("%s asks for %s, which delta-rs cannot write: its MERGEs and changes go "
+                     "through the engine", path, ", ".join(features))
+        return features
+
+    def merges_here(self, path: str) -> bool:
+        return not self.unwritable(path)
+
+    def __getattr__(self, name: str):
+        method = getattr(self._tables, name)
+        if name not in self.ROUTED:
+            return method
+
+        def routed(path: str, *args, **kwargs):
+            if not self.unwritable(path):
+                return method(path, *args, **kwargs)
+            return getattr(SparkTables(self._engine), name)(path, *args, **kwargs)
+
+        return routed
+
+
+def table_ops(engine, root: str) -> TableOps:
+    if tables.choose(engine.mode, root) == "delta-rs":
+        return WithFallback(DeltaRsTables(), engine)  # type: ignore[return-value]
+    return SparkTables(engine)

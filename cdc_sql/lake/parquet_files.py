@@ -1,19 +1,18 @@
 """Parquet files written here and committed to a local Delta table as one commit of add actions.
 
-delta-rs's own writer holds about 1 GB to write 10M rows (measured: a streamed copy of a 210 MB
-table peaked at 1.0-1.2 GB whatever its read-ahead), and Sail's as much; and it takes twice the
-CPU of pyarrow's (2M rows of the benchmark table: 0.76-0.87 s against 0.36-0.46 s, statistics
-included), which a snapshot, sharing the machine's cores with the server, feels in full. A
+delta-rs's own writer holds about 1 GB to write 10M rows, and Sail's as much; and it takes twice
+the CPU of pyarrow's (docs/performance.md, "Measurements behind the code"), which a snapshot,
+sharing the machine's cores with the server, feels in full. A
 writer per stream, here, holds one row group; streams are written in parallel (pyarrow releases
 the GIL), each into files of about TARGET_ROWS rows, and the files become visible together in
 one commit, as a delta-rs write would make them: the commit that creates a table
-(`create_table`), or an append to an existing one (tables.DeltaRsTables.append_arrow).
+(`create_table`), or an append to an existing one (delta_rs_tables.DeltaRsTables.append_arrow).
 
 Statistics (what data skipping and `tables.clustered` read) are exact: row and null counts of
 every column, from the Arrow values written; minimum and maximum of integer, string and 64-bit
 decimal columns (at full length, so no reader need widen them), from the file's own footer, where
 the Parquet writer puts its row groups' bounds anyway (working them out again from the values
-cost 0.03-0.06 s of CPU per 1M rows of the benchmark table's files, and a snapshot writes two).
+costs CPU per row, and a snapshot writes two files for every row).
 Other columns have none, which readers take as "may hold anything".
 """
 from __future__ import annotations
@@ -29,8 +28,7 @@ from typing import Callable, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cdc_sql.lake.tables import ROW_GROUP_ROWS
-
+ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see tables.writer_properties
 TARGET_ROWS = 2_000_000
 # DICTIONARY: only for cdc-sql's columns that repeat one value per split (offset, op, time).
 # Measured on 2M rows of the 7-column benchmark table: 0.87 s and 57 MB with pyarrow's default

@@ -1,10 +1,9 @@
 """Windows of plain tables that fit in memory, merged in this process by delta-rs.
 
 A silver batch through the engine costs five or six round trips (facts, views, the duplicate
-check, the MERGE: about 260 ms on Sail for a table of ten rows), whatever the window's size;
-with hundreds of small tables that fixed cost is the whole batch. And delta-rs MERGEs faster
-than Sail 0.7 at every size measured (250k changes into 250k rows: 0.21 s against 0.85 s; 1M
-into 10M rows: 2.6 s against 7.9 s), at a memory cost that follows silver's size. So a window
+check, the MERGE), whatever the window's size; with hundreds of small tables that fixed cost is
+the whole batch. And delta-rs MERGEs faster than Sail at every size measured, at a memory cost
+that follows silver's size (docs/performance.md, "Measurements behind the code"). So a window
 of a table silver holds as it is (one source table, no projection, no history, no cascades)
 whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with delta-rs, the
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
@@ -23,7 +22,7 @@ this module created it): a DDL statement or TRUNCATE in the window, bronze or si
 that differ from the source's (a schema change being carried out), temporal key columns, keys
 that may be NULL, decimals wider than 64 bits (whose statistics delta-rs writes wrong), a
 re-snapshot, a table delta-rs cannot write (a feature it lacks), work past the budget, a large
-snapshot in an object store, or a lake whose tables the engine alone reaches (`SparkTables`).
+snapshot in an object store, or a lake whose tables the engine alone reaches (`spark_tables.SparkTables`).
 """
 from __future__ import annotations
 
@@ -37,7 +36,7 @@ import pyarrow.compute as pc
 
 from cdc_sql import faults
 from cdc_sql.lake import first_version
-from cdc_sql.lake.tables import choose, storage
+from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
 
@@ -70,37 +69,6 @@ def plan_unsuitable(plan, sql_only: bool = False) -> str | None:
            for f in plan.sources[0].arrow_schema):
         return "decimals wider than 64 bits"
     return None
-
-
-def route(plan, engine_mode: str, silver: str, sql_only: bool = False) -> str | None:
-    """Why every window of the table goes through the engine's SQL, known before any run
-    (`cdc-sql plan`); None when a window may be merged here, by what it holds and its size."""
-    reason = plan_unsuitable(plan, sql_only)
-    if reason is None and choose(engine_mode, silver) != "delta-rs":
-        reason = (f"engine mode `{engine_mode}`: the lake's tables are the engine's to write "
-                  f"(delta-rs in this process may not reach its storage)")
-    return reason
-
-
-def engine_wanted(lake, plans) -> bool:
-    """Whether some table's windows go through the engine whatever their size, so that it is
-    worth starting while the source is read. Otherwise it starts on first use, if ever: a run
-    of plain tables on a local path seldom needs it (a window past the memory budget, a DDL)."""
-    return any(plan_unsuitable(plan, lake.sql_only) is not None or
-               storage(lake.silver_path(plan.spec.name)) != "local" for plan in plans)
-
-
-def written_ahead(lake, plans) -> dict[str, list[first_version.Target]]:
-    """Per source table (qualified name), the silver tables whose first version is written
-    during the snapshot (lake/first_version.py): those this module will create, not there yet."""
-    found: dict[str, list[first_version.Target]] = {}
-    for plan in plans:
-        silver = lake.silver_path(plan.spec.name)
-        if plan_unsuitable(plan, lake.sql_only) is None and storage(silver) == "local" and \
-                lake.tables.merges_here(silver) and not lake.tables.exists(silver):
-            found.setdefault(plan.sources[0].qualified, []).append(first_version.Target(
-                lake.first_version_path(plan.spec.name), silver_schema(plan)))
-    return found
 
 
 def unsuitable(plan, window: Window, facts, sql_only: bool = False) -> str | None:
@@ -160,12 +128,13 @@ def _digits(text: pa.ChunkedArray, start: int, stop: int) -> pa.ChunkedArray:
     return pc.cast(pc.utf8_slice_codeunits(text, start, stop), pa.int64())
 
 
-def merged(lake, plan, window: Window, facts) -> bool:
-    """Carry the window out here when it may be (see the module's docstring); False when the
-    engine's SQL must (it then finds silver created, if this created it)."""
-    reason = unsuitable(plan, window, facts, lake.sql_only)
+def merged(lake: Lake, plan, window: Window, facts) -> bool:
+    """Carry out here a window whose route (lake/silver/route.py) says it may be; False when
+    the files say the engine's SQL must after all (it then finds silver created, if this
+    created it)."""
+    reason = None
     silver = lake.silver_path(plan.spec.name)
-    if reason is None and not lake.tables.merges_here(silver):
+    if not lake.tables.merges_here(silver):
         features = lake.tables.unwritable(silver)
         reason = f"delta-rs cannot write its features ({', '.join(features)})" if features \
             else "delta-rs does not reach this table"
@@ -182,16 +151,16 @@ def merged(lake, plan, window: Window, facts) -> bool:
     return True
 
 
-def _create(lake, plan, window: Window, silver: str) -> str | None:
+def _create(lake: Lake, plan, window: Window, silver: str) -> str | None:
     """Silver created with the window's snapshot rows, in one commit; why not, if not."""
     source = plan.sources[0]
-    if storage(silver) != "local" and \
+    if not lake.local and \
             lake.tables.file_bytes(lake.snapshot_path(source.db, source.name)) > SNAPSHOT_BYTES:
         return "a large snapshot in an object store (silver is created by the engine)"
     started = time.perf_counter()
     schema = silver_schema(plan)
     written = first_version.take(lake, plan.spec.name, window.splits.get(source.qualified, ()),
-                                 schema, silver) if storage(silver) == "local" else None
+                                 schema, silver) if lake.local else None
     if written is not None:
         faults.point("silver.first_moved")  # files in silver's directory, not in its log
         lake.tables.create_with_files(silver, schema, written)
@@ -206,7 +175,7 @@ def _create(lake, plan, window: Window, silver: str) -> str | None:
     return None
 
 
-def _merge_changes(lake, plan, window: Window, silver: str) -> str | None:
+def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     """The window's changes, the last per key, MERGEd into silver; why not, if not."""
     source = plan.sources[0]
     changes_path = lake.changes_path(source.db, source.name)
@@ -243,12 +212,12 @@ def silver_schema(plan) -> pa.Schema:
                      [pa.field(name, meta[name]) for name in plan.columns if name in meta])
 
 
-def snapshot_rows(lake, source, window: Window,
+def snapshot_rows(lake: Lake, source, window: Window,
                   schema: pa.Schema) -> list[Callable[[], Iterator[pa.RecordBatch]]]:
     """The snapshot rows of the window's done splits (each split's state-recorded attempt),
     each placed at its split's watermark (snapshot_images.sql): a stream per group of splits
     read together, in split order, so silver's files keep the groups' key ranges. Each stream
-    is opened when called (an open reader reads ahead: all of them at once held 1.5 GB)."""
+    is opened when called (an open reader reads ahead: all of them at once hold too much)."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for split_id, attempt, watermark in sorted(window.splits.get(source.qualified, ())):
         groups.setdefault(attempt, []).append((split_id, watermark))

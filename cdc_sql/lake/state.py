@@ -35,6 +35,7 @@ from typing import Any, Callable, ClassVar, Iterable
 import pyarrow as pa
 
 from cdc_sql.errors import StateError, is_transient
+from cdc_sql.lake.lake import Lake
 from cdc_sql.source.offsets import Position
 from cdc_sql.source.splits import Split
 
@@ -410,7 +411,7 @@ def decode_rows(rows: Iterable[dict], path: str = "_state/checkpoint") -> Checkp
 class State:
     """The checkpoint table of one lake: load it, append entries to it, compact it."""
 
-    def __init__(self, lake):
+    def __init__(self, lake: Lake):
         self.lake = lake
         self.path = lake.state_path
         self.run_id = uuid.uuid4().hex[:12]

@@ -18,7 +18,7 @@ import logging
 
 from cdc_sql.errors import StateError
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import check_untouched, owned_tables, owned_versions
+from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
 from cdc_sql.lake.state import State, check_owner
 from cdc_sql.source.offsets import Offset
 
@@ -96,7 +96,7 @@ def _offset(text: str) -> str:
     return Offset.parse(text).text  # an offset we wrote; checked before it is bound
 
 
-def _delete(lake, path: str, where: list[tuple]) -> int:
+def _delete(lake: Lake, path: str, where: list[tuple]) -> int:
     if not lake.tables.exists(path):
         return 0
     before = lake.engine.read(path).count()

@@ -25,7 +25,7 @@ from cdc_sql.ops.checksum import (FLOAT32_EPSILON, Buckets, Output, mysql_float,
 from cdc_sql.config.model import Pipeline, Table
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import SilverPlan, plan_silver, without_new_columns
+from cdc_sql.lake.silver.plan import SilverPlan, plan_silver, without_new_columns
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable, read_tables
 from cdc_sql.source.values import normalize
@@ -74,7 +74,7 @@ def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableR
     return report
 
 
-def _verify_source(lake, pipeline, plan: SilverPlan, source: SourceTable, types: dict,
+def _verify_source(lake: Lake, pipeline, plan: SilverPlan, source: SourceTable, types: dict,
                    checkpoint, cur, report: TableReport) -> None:
     engine = lake.engine
     names = [name for _, name in plan.projection.columns]
@@ -114,7 +114,7 @@ def _source(pipeline):
     return mysql.read_only_cursor(pipeline.source, pipeline.source.verify_timeout_seconds)
 
 
-def _silver_rows_sql(lake, plan: SilverPlan) -> str:
+def _silver_rows_sql(lake: Lake, plan: SilverPlan) -> str:
     """Silver's rows; of one shard (`:source_table`) when sharded."""
     ref = table_ref(lake.silver_path(plan.spec.name))
     return f"SELECT * FROM {ref}" + (" WHERE _cdc_source_table = :source_table"

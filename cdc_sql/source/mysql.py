@@ -31,7 +31,7 @@ def where(source) -> str:
 class Connection(pymysql.connections.Connection):
     """pymysql's connection with one TLS context shared by every connection that sets no TLS
     options (pymysql then offers TLS if the server has it): building that context loads the
-    system's CA certificates, 35 ms per connection, most of the cost of a small table's read."""
+    system's CA certificates, most of the cost of a small table's read (docs/performance.md)."""
 
     _preferred: ssl.SSLContext | None = None
     _lock = threading.Lock()

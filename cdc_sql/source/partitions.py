@@ -4,7 +4,7 @@
 binlog has the statement only. Where the table is partitioned by one column (RANGE, RANGE
 COLUMNS, LIST or LIST COLUMNS over a plain column) and its layout at that statement is known,
 the rows it removed are exactly those whose column falls in the partitions' ranges or lists,
-and silver can remove them too (lake/silver.py). Anything else (HASH, KEY, an expression such as
+and silver can remove them too (lake/silver/execute.py). Anything else (HASH, KEY, an expression such as
 YEAR(d), several columns, a DEFAULT partition) gives no condition: the table is read again.
 """
 from __future__ import annotations

@@ -33,6 +33,18 @@ def available() -> bool:
     return _rowdecode is not None and os.environ.get("CDC_SQL_DECODER", "") != "python"
 
 
+def builder(decoder: rows.TableDecoder, compiled: bool | None = None, converter=None):
+    """A row builder for the table: the compiled one when it was built (or asked for), else
+    the reference decoder (rows.PyBuilder). `converter` (charsets.ServerConverter) converts
+    text the source must convert."""
+    if compiled is not False:
+        if available():
+            return Builder(decoder, converter)
+        if compiled:
+            raise RuntimeError("the compiled row decoder is not built")
+    return rows.PyBuilder(decoder, converter)
+
+
 def _finished_in_python(c: rows.ColumnSpec) -> bool:
     return c.form in _PYTHON_FORMS or (c.text is not None and c.text.kind in ("codec", "server"))
 

@@ -31,15 +31,6 @@ def binary_logs(source) -> list[tuple[str, int]]:
         return [(row[0], int(row[1])) for row in cur.fetchall()]
 
 
-def parse_timestamp(text: str) -> dt.datetime:
-    """`2024-05-01 12:00:00` (UTC unless an offset is given) or epoch seconds."""
-    text = str(text).strip()
-    if text.replace(".", "", 1).isdigit():
-        return dt.datetime.fromtimestamp(float(text), dt.timezone.utc)
-    value = dt.datetime.fromisoformat(text)
-    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
-
-
 def offset_position(source, text: str) -> Position:
     try:
         position = Position.parse(text)

@@ -9,10 +9,10 @@ import datetime as dt
 import decimal
 import json
 
+from cdc_sql.source.binary_values import WIDE, time_text
 from cdc_sql.source.schema import GEOMETRY_TYPES, Column
 
 _EPOCH = dt.datetime(1970, 1, 1)
-_WIDE = decimal.Context(prec=100)  # DECIMAL(65,30) needs more than the default 28 digits
 
 
 def normalize(column: Column, value):
@@ -38,7 +38,7 @@ def normalize(column: Column, value):
         value = decimal.Decimal(value)
         if column.precision > 38:  # exact text, as MySQL prints it
             exponent = decimal.Decimal(1).scaleb(-column.scale)
-            return format(value.quantize(exponent, context=_WIDE), "f")
+            return format(value.quantize(exponent, context=WIDE), "f")
         return value
     if t in ("date", "datetime", "timestamp"):
         return _temporal(t, value)
@@ -72,9 +72,5 @@ def _temporal(t: str, value):
 def _time_text(value, fsp: int) -> str:
     if isinstance(value, str):
         return value
-    micros = value.days * 86_400_000_000 + value.seconds * 1_000_000 + value.microseconds
-    sign = "-" if micros < 0 else ""
-    micros = abs(micros)
-    seconds, fraction = divmod(micros, 1_000_000)
-    text = f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-    return text + (f".{fraction:06d}"[: fsp + 1] if fsp else "")
+    return time_text(value.days * 86_400_000_000 + value.seconds * 1_000_000 +
+                     value.microseconds, fsp)

@@ -8,7 +8,7 @@ import time
 
 from cdc_sql import engine as engines
 from cdc_sql.config.model import load_pipeline
-from cdc_sql.pipeline import Runner
+from cdc_sql.run.runner import Runner
 from cdc_sql.source.preflight import inspect_source
 
 

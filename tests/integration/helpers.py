@@ -4,7 +4,7 @@ from __future__ import annotations
 from chispa import assert_df_equality
 
 from cdc_sql.lake.lake import Lake
-from cdc_sql.pipeline import Runner
+from cdc_sql.run.runner import Runner
 
 
 def state_log(root) -> list[tuple[str, str, dict]]:

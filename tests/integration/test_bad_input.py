@@ -352,7 +352,7 @@ def test_a_full_target_mid_snapshot_is_one_line_and_the_run_repeats(
 
 
 def test_follow_mode_waits_for_space(shop, make_pipeline, engine, caplog, monkeypatch):
-    from cdc_sql.pipeline import run_pipeline
+    from cdc_sql.run.runner import run_pipeline
 
     pipeline = make_pipeline(f"- name: o\n  source: {shop}.orders", chunk_size=100,
                              parallelism=1)

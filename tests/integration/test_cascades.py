@@ -264,7 +264,7 @@ def test_cascades_set_off_by_cascades_reach_the_grandchildren(mariadb, database,
                     "INSERT INTO note SELECT seq, 1 + seq % 10, seq, 'n' FROM seq_1_to_100",
                     db=database)
     pipeline = make_pipeline(NESTED_TABLES.format(db=database))
-    from cdc_sql.lake.silver import cascade_warnings, silver_plans
+    from cdc_sql.lake.silver.plan import cascade_warnings, silver_plans
 
     view = inspect_source(pipeline)
     assert not cascade_warnings(silver_plans(pipeline, view), view)

@@ -16,7 +16,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import resolve_projection
 from cdc_sql.lake import bronze
-from cdc_sql.lake.silver import batch_steps, plan_silver
+from cdc_sql.lake.silver.plan import plan_silver
+from cdc_sql.lake.silver.steps import batch_steps
 from cdc_sql.source.rows import META_COLUMNS
 from tests.integration.test_projection_functions import EXAMPLES, NAMED
 from tests.unit.test_sql_golden import LAKE, SCENARIOS, facts

@@ -222,7 +222,8 @@ def test_many_writers_appending_to_one_table_at_once_lose_no_commit(target):
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from cdc_sql.lake.tables import COMMIT_RETRIES, DeltaRsTables, append_with_delta_rs
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+    from cdc_sql.lake.tables import COMMIT_RETRIES, append_with_delta_rs
 
     path = f"{target}/bronze/t"
     schema = pa.schema([("writer", pa.int64()), ("n", pa.int64())])

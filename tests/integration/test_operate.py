@@ -127,7 +127,7 @@ def _last_merge_metrics(path):
 
 def test_silver_files_hold_key_ranges_so_a_merge_rewrites_only_its_files(
         mariadb, database, make_pipeline, engine, monkeypatch):
-    from cdc_sql.lake import tables
+    from cdc_sql.lake import delta_rs_tables, tables
 
     monkeypatch.setattr(tables, "TARGET_FILE_BYTES", 96 * 1024)
     mariadb.execute("CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(40))",
@@ -144,13 +144,13 @@ def test_silver_files_hold_key_ranges_so_a_merge_rewrites_only_its_files(
     metrics = _last_merge_metrics(path)
     assert metrics["numTargetFilesRemoved"] == 1 and metrics["numTargetRowsUpdated"] == 301
     compacted = []  # (path, compact): silver and history are clustered, not bin-packed after
-    compact_and_vacuum = tables.DeltaRsTables.compact_and_vacuum
+    compact_and_vacuum = delta_rs_tables.DeltaRsTables.compact_and_vacuum
 
     def recorded(self, table, hours, compact=True):
         compacted.append((table, compact))
         return compact_and_vacuum(self, table, hours, compact)
 
-    monkeypatch.setattr(tables.DeltaRsTables, "compact_and_vacuum", recorded)
+    monkeypatch.setattr(delta_rs_tables.DeltaRsTables, "compact_and_vacuum", recorded)
     assert maintain(engine, pipeline, retention_hours=1000)["skipped"] == []
     assert {p: c for p, c in compacted if "/silver/" in p} == {path: False,
                                                                 f"{path}_history": False}

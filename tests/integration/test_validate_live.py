@@ -69,7 +69,7 @@ def test_retention_shorter_than_the_snapshot_warns_and_grants_are_listed(
 
 
 def test_cascading_foreign_keys_silver_cannot_apply_are_named(mariadb, database, make_pipeline):
-    from cdc_sql.lake.silver import cascade_warnings, silver_plans
+    from cdc_sql.lake.silver.plan import cascade_warnings, silver_plans
 
     mariadb.execute("CREATE TABLE parent (id INT PRIMARY KEY)",
                     "CREATE TABLE child (id INT PRIMARY KEY, parent_id INT, CONSTRAINT fk_gone "

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from cdc_sql.config.model import Table
 from cdc_sql.lake import bronze
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import merge_window, plan_silver
+from cdc_sql.lake.silver.merge import merge_window
+from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.planner import Window
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.schema import Column, SourceTable
@@ -360,11 +361,11 @@ def test_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lake, mon
     `_cdc_*` columns included, after every batch, and equal to the model."""
     from deltalake import DeltaTable
 
-    from cdc_sql.lake import small_merge, tables
+    from cdc_sql.lake import delta_rs_tables, small_merge
 
     merges = []
-    real = tables.DeltaRsTables.merge_changes
-    monkeypatch.setattr(tables.DeltaRsTables, "merge_changes",
+    real = delta_rs_tables.DeltaRsTables.merge_changes
+    monkeypatch.setattr(delta_rs_tables.DeltaRsTables, "merge_changes",
                         lambda self, *args: merges.append(args) or real(self, *args))
     initial, txns = history
     model = states(initial, txns)

@@ -1,5 +1,5 @@
 """The pure pieces behind rows changed without row events (source/ddl.py, partitions.py),
-XA transactions (binlog.at_commit), MariaDB's compressed events and system-versioned rows."""
+XA transactions (binlog_xa.at_commit), MariaDB's compressed events and system-versioned rows."""
 import datetime as dt
 import logging
 import struct
@@ -11,7 +11,7 @@ import pytest
 from cdc_sql.errors import SourceError
 from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import ddl
-from cdc_sql.source.binlog import at_commit
+from cdc_sql.source.binlog_xa import at_commit
 from cdc_sql.source.partitions import Partitioning
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.versioning import current_changes
@@ -172,7 +172,7 @@ def test_xa_rows_move_to_their_commit_in_the_order_written():
 
 
 def test_xa_transaction_too_large_for_row_indexes(monkeypatch):
-    monkeypatch.setattr("cdc_sql.source.binlog.XA_MAX_CHANGES", 999)
+    monkeypatch.setattr("cdc_sql.source.binlog_xa.XA_MAX_CHANGES", 999)
     many = _changes([f"000000:{i:012d}:000000" for i in range(1000)])
     with pytest.raises(SourceError, match="at most 999 "):
         at_commit({("d", "a"): many}, 1, 2, "X'61',X'',1")

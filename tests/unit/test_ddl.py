@@ -2,7 +2,7 @@
 import pytest
 from pyspark.sql import types as T
 
-from cdc_sql.lake.silver import widens
+from cdc_sql.lake.silver.evolve import widens
 from cdc_sql.source.ddl import is_truncate, renamed_columns, touched_tables, value_rewrites
 from cdc_sql.source.schema import Column
 

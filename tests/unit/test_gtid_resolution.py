@@ -1,7 +1,7 @@
 """Resolved GTID watermarks are committed with the capture position they were found at."""
 from cdc_sql.capture import Capture, Pass
 from cdc_sql.lake.state import CaptureEntry, SplitEntry
-from cdc_sql.source.binlog import Batch
+from cdc_sql.source.binlog_rows import Batch
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks, MariaGtidState
 from cdc_sql.source.offsets import Position
 

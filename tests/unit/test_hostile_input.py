@@ -146,7 +146,7 @@ def test_not_a_number_and_infinity_are_refused(tmp_path, capsys, value):
     ("'2024-05-01 12:00:00'", "2024-05-01 12:00:00+00:00"),
 ])
 def test_startup_timestamp_takes_a_yaml_timestamp(tmp_path, written, parsed):
-    from cdc_sql.source.startup import parse_timestamp
+    from cdc_sql.config.startup import parse_timestamp
 
     text = GOOD.replace("  user: cdc\n", f"  user: cdc\n  startup: timestamp\n"
                                          f"  startup_timestamp: {written}\n")

@@ -114,7 +114,7 @@ def test_a_table_created_from_streams_in_one_commit(tmp_path):
 
 
 def test_rows_appended_to_a_local_table_are_files_written_here_in_one_commit_each(tmp_path):
-    from cdc_sql.lake import tables as tables_module
+    from cdc_sql.lake import delta_rs_tables as tables_module
 
     path, tables = str(tmp_path / "t"), tables_module.DeltaRsTables()
     tables.create_arrow_table(path, SCHEMA)
@@ -137,7 +137,7 @@ def test_rows_appended_to_a_local_table_are_files_written_here_in_one_commit_eac
         DeltaTable(path).get_add_actions(flatten=True)).read_all()
     assert actions.num_rows == 3 and actions["min.ts"].null_count == 2
     large = [batch([(i, "x" * 100, None, i) for i in range(1000, 1000 + 12_000)])]
-    assert sum(b.nbytes for b in large) >= tables_module.SMALL_APPEND
+    assert sum(b.nbytes for b in large) >= tables_module.tables.SMALL_APPEND
     tables.append_arrow(path, large, SCHEMA)  # a large list (binlog changes): written here
     actions = pa.RecordBatchReader.from_stream(
         DeltaTable(path).get_add_actions(flatten=True)).read_all()

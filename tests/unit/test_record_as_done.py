@@ -1,4 +1,4 @@
-"""pipeline.Runner._record_as_done: tasks' state entries recorded as they finish, grouped."""
+"""run/commits.record_as_done: tasks' state entries recorded as they finish, grouped."""
 from __future__ import annotations
 
 import threading
@@ -6,8 +6,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from cdc_sql import pipeline
-from cdc_sql.pipeline import Runner
+from cdc_sql.run import commits
+from cdc_sql.run.commits import record_as_done
 
 
 class Recorder:
@@ -20,10 +20,12 @@ class Recorder:
         self.commits.append(list(entries))
 
 
-def runner() -> Runner:
-    runner = Runner.__new__(Runner)  # only its state is used
-    runner.state = Recorder()
-    return runner
+class runner:  # noqa: N801 - what the tests call: a state and the function under test
+    def __init__(self):
+        self.state = Recorder()
+
+    def _record_as_done(self, futures):
+        return record_as_done(self.state, futures)
 
 
 def test_every_entry_is_recorded_once_and_tasks_finishing_together_share_a_commit():
@@ -36,7 +38,7 @@ def test_every_entry_is_recorded_once_and_tasks_finishing_together_share_a_commi
 
 
 def test_the_first_finished_task_is_recorded_at_once_the_rest_within_a_second(monkeypatch):
-    monkeypatch.setattr(pipeline, "STATE_COMMIT_SECONDS", 30.0)
+    monkeypatch.setattr(commits, "STATE_COMMIT_SECONDS", 30.0)
     r, later = runner(), Future()
     first = Future()
     first.set_result(["first"])

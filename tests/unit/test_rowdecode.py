@@ -43,10 +43,10 @@ def decode(columns: list[ColumnSpec], rows: list[list], op: str = "c", key=(0,),
     layout = [(c.type, c.meta, c.unsigned) for c in columns]
     images = images or [raw.image(layout, r) for r in rows]
     body = raw.rows_body(layout, images, op)
-    builder = decoder.builder(compiled=use_compiled, converter=FakeConverter())
+    builder = rowdecode_c.builder(decoder, compiled=use_compiled, converter=FakeConverter())
     added = builder.add(body, 0, op, 7, 1234, 1_700_000_000, 0)
     if use_compiled:  # what the reader counts while workers decode (source/decoding.py)
-        assert decoder.builder(True, FakeConverter()).count(body, 0, op) == added
+        assert rowdecode_c.builder(decoder, True, FakeConverter()).count(body, 0, op) == added
     batch = builder.finish(["0-1-9"])
     assert batch.num_rows == added
     return batch
@@ -198,7 +198,7 @@ def test_a_partial_row_image_is_refused():
     columns = [spec("id", ev.T_LONG), spec("n", ev.T_LONG)]
     body = raw.packed_int(2) + b"\x01" + raw.image([(ev.T_LONG, 0, False)], [1])
     for use_compiled in (False, True) if rowdecode_c.available() else (False,):
-        builder = TableDecoder("db", "t", tuple(columns), (0,)).builder(use_compiled)
+        builder = rowdecode_c.builder(TableDecoder("db", "t", tuple(columns), (0,)), use_compiled)
         with pytest.raises(ValueError, match="binlog_row_image=FULL"):
             builder.add(body, 0, "c", 1, 4, 0, 0)
 
@@ -208,7 +208,7 @@ def test_a_cut_row_image_is_an_error_not_a_crash():
     layout = [(c.type, c.meta, c.unsigned) for c in columns]
     body = raw.rows_body(layout, [raw.image(layout, [1, b"abcdef"])], "c")[:-3]
     for use_compiled in (False, True) if rowdecode_c.available() else (False,):
-        builder = TableDecoder("db", "t", tuple(columns), (0,)).builder(use_compiled)
+        builder = rowdecode_c.builder(TableDecoder("db", "t", tuple(columns), (0,)), use_compiled)
         with pytest.raises(ValueError, match=r"column `v` \(STRING, binlog type 15, charset "
                            r"utf8mb4\) runs past the end"):
             builder.add(body, 0, "c", 1, 4, 0, 0)

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cdc_sql.config.model import Table
-from cdc_sql.lake.silver import Facts, plan_silver
+from cdc_sql.lake.silver.facts import Facts
+from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.lake.small_merge import last_change_per_key, unsuitable
 from cdc_sql.planner import Window
 from cdc_sql.source.schema import Column, SourceTable, arrow_type
@@ -127,7 +128,7 @@ def test_the_memory_budget_counts_changes_and_silver():
 def test_file_bytes_of_a_window_counts_the_files_it_may_touch(tmp_path):
     from deltalake import DeltaTable, write_deltalake
 
-    from cdc_sql.lake.tables import DeltaRsTables
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
 
     path = str(tmp_path / "changes")
     for offsets in (["a1", "a5"], ["b1", "b2"], ["c1", "c9"]):

@@ -12,7 +12,9 @@ import pytest
 
 from cdc_sql.config.model import Table
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import Facts, batch_steps, describe, plan_silver
+from cdc_sql.lake.silver.facts import Facts
+from cdc_sql.lake.silver.plan import plan_silver
+from cdc_sql.lake.silver.steps import batch_steps, describe
 from cdc_sql.planner import Window
 from cdc_sql.source.schema import Column, SourceTable
 from cdc_sql import sql

@@ -4,7 +4,7 @@ import pytest
 from cdc_sql.errors import StateError
 from cdc_sql.config.model import Table
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.silver import check_untouched
+from cdc_sql.lake.silver.ownership import check_untouched
 from cdc_sql.lake.state import TableEntry
 from cdc_sql.lake.tables import EVOLVE_MARK, OWN_MERGE, operation as _operation
 

@@ -1,0 +1,370 @@
+"""The lake's table operations with delta-rs, in this process (lake/tables.py says when)."""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterable
+
+import pyarrow as pa
+
+from cdc_sql.lake import parquet_files, tables
+from cdc_sql.lake.tables import (COMMIT_RETRIES, EVOLVE_MARK, WRITES_FEATURES,
+                                 append_with_delta_rs, literal, operation, predicate,
+                                 stats_configuration, writer_properties)
+from cdc_sql.location import storage
+
+
+def _add_actions(table) -> pa.Table:
+    """The table's add actions, statistics flattened (through the Arrow stream interface:
+    an order of magnitude faster than `pa.table` on delta-rs's own Arrow object)."""
+    return pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
+
+
+def _marked():
+    from deltalake import CommitProperties
+
+    return CommitProperties(custom_metadata={"userMetadata": EVOLVE_MARK})
+
+
+def _df_quote(name: str) -> str:
+    """An identifier in delta-rs (DataFusion) SQL."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class DeltaRsWrites:
+    """DeltaRsTables' changes to tables: creating, appending, reshaping, deleting, compacting,
+    clustering, merging (through its open tables, `_table`)."""
+
+    def create_arrow_table(self, path: str, schema: pa.Schema) -> None:
+        from deltalake import DeltaTable, write_deltalake
+
+        if not self.exists(path):
+            write_deltalake(str(path), schema.empty_table(), mode="append",
+                            configuration=stats_configuration(schema))
+            self._allow_ntz(DeltaTable(str(path)), schema)
+
+    def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+                     schema_mode: str | None = None) -> None:
+        """Rows into a local table of the same columns are written by pyarrow and committed
+        through the open table (lake/parquet_files.py: less CPU than delta-rs's writer for
+        bronze's large change commits), unless they are a list of less than SMALL_APPEND bytes
+        (a state commit, a small table's changes), for which delta-rs's writer is the quicker.
+        Others are written by delta-rs: a list through the open table, a stream opening it
+        itself. Figures: docs/performance.md ("Writing bronze")."""
+        exists = self.exists(path)
+        small = isinstance(batches, list) and sum(b.nbytes for b in batches) < tables.SMALL_APPEND
+        if exists and schema_mode is None and not small and storage(path) == "local" and \
+                self.schema(path) == schema:
+            self._append_files(path, batches, schema)
+            return
+        if not isinstance(batches, list) or not exists:
+            if schema_mode == "merge":
+                from deltalake import DeltaTable
+
+                self._allow_ntz(DeltaTable(str(path)), schema)
+            append_with_delta_rs(path, batches, schema, schema_mode=schema_mode,
+                                 configuration=None if exists else stats_configuration(schema))
+            return
+        with self._table(path) as table:
+            if schema_mode == "merge":
+                self._allow_ntz(table, schema)
+            append_with_delta_rs(table, batches, schema, schema_mode=schema_mode)
+
+    def _append_files(self, path: str, batches: Iterable[pa.RecordBatch],
+                      schema: pa.Schema) -> None:
+        """The files written without the table (streams into one table are written side by
+        side), then one append commit of them, if any."""
+        from deltalake import CommitProperties
+
+        actions = parquet_files.write_files(str(path), schema, batches)
+        if actions:
+            with self._table(path) as table:
+                table.create_write_transaction(
+                    actions, "append", schema,
+                    commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
+
+    def create_from_streams(self, path: str, schema: pa.Schema,
+                            streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None:
+        """Create the table with the rows of `streams` (each opened when called), in one
+        commit: written in parallel by pyarrow on a local path (lake/parquet_files.py), else
+        streamed through delta-rs (all opened first: no delta-rs call from inside its write)."""
+        if storage(path) == "local":
+            parquet_files.create_table(str(path), schema, streams,
+                                       configuration=stats_configuration(schema))
+            return
+        opened = [stream() for stream in streams]
+        self.append_arrow(path, (batch for stream in opened for batch in stream), schema)
+
+    def create_with_files(self, path: str, schema: pa.Schema, actions: list) -> None:
+        """Create the local table in one commit of Parquet files already in its directory
+        (`actions`: their delta-rs add actions)."""
+        parquet_files.create_with(str(path), schema, actions,
+                                  configuration=stats_configuration(schema))
+
+    def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(str(path), table, mode="overwrite", writer_properties=writer_properties())
+
+    def reset(self, path: str, schema: pa.Schema) -> None:
+        """Empty the table (created if missing), with `schema`, in one marked commit."""
+        from deltalake import DeltaTable, write_deltalake
+
+        if not self.exists(path):
+            self.create_arrow_table(path, schema)
+            return
+        self._allow_ntz(DeltaTable(str(path)), schema)
+        write_deltalake(str(path), schema.empty_table(), mode="overwrite",
+                        schema_mode="overwrite", commit_properties=_marked())
+
+    def add_columns(self, path: str, fields: list) -> None:
+        """Add nullable columns (Spark StructFields): an empty mergeSchema append."""
+        from deltalake import DeltaTable, write_deltalake
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        table = DeltaTable(str(path))
+        schema = pa.schema(table.schema().to_arrow())
+        for f in fields:
+            schema = schema.append(pa.field(f.name, to_arrow_type(f.dataType), True))
+        self._allow_ntz(table, schema)
+        write_deltalake(str(path), schema.empty_table(), mode="append", schema_mode="merge",
+                        commit_properties=_marked())
+
+    def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
+        """Rewrite the table in one commit, streaming: columns in `widen` (name -> Spark type)
+        cast to it, and columns in `add` ((name, Spark type, column to copy or None)) added."""
+        from deltalake import DeltaTable, write_deltalake
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        table = DeltaTable(str(path))
+        dataset = table.to_pyarrow_dataset()
+        schema = pa.schema([f.with_type(to_arrow_type(widen[f.name])) if f.name in widen
+                            else f for f in dataset.schema])
+        for name, data_type, _ in add:
+            schema = schema.append(pa.field(name, to_arrow_type(data_type), True))
+        self._allow_ntz(table, schema)
+
+        def batches():
+            for batch in dataset.to_batches():
+                columns = {f.name: batch.column(f.name) for f in dataset.schema}
+                for name, data_type, source in add:
+                    columns[name] = columns[source] if source else \
+                        pa.nulls(batch.num_rows, to_arrow_type(data_type))
+                yield pa.RecordBatch.from_arrays(
+                    [columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+        write_deltalake(str(path), pa.RecordBatchReader.from_batches(schema, batches()),
+                        mode="overwrite", schema_mode="overwrite", commit_properties=_marked(),
+                        writer_properties=writer_properties())
+
+    @staticmethod
+    def _allow_ntz(table, schema: pa.Schema) -> None:
+        """delta-rs writes TIMESTAMP_NTZ columns without declaring the table feature readers
+        (Sail) require: declare it first."""
+        declared = table.protocol().writer_features or []
+        if "timestampNtz" not in declared and \
+                any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in schema):
+            from deltalake import TableFeatures
+
+            table.alter.add_feature(TableFeatures.TimestampWithoutTimezone,
+                                    allow_protocol_versions_increase=True,
+                                    commit_properties=_marked())
+
+    def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None:
+        """DELETE the rows matching every (column, operator, value) of `where`."""
+        from deltalake import DeltaTable
+
+        DeltaTable(str(path)).delete(predicate(where, _df_quote), commit_properties=_marked())
+
+    def update_rows(self, path: str, values: dict, where: list[tuple[str, str, str]]) -> None:
+        """UPDATE columns to values (text, or None for NULL) in rows matching `where`."""
+        from deltalake import DeltaTable
+
+        DeltaTable(str(path)).update(
+            updates={_df_quote(c): literal(v) for c, v in values.items()},
+            predicate=predicate(where, _df_quote), commit_properties=_marked())
+
+    def compact_and_vacuum(self, path: str, retention_hours: float, compact: bool = True) -> dict:
+        """Rewrite small files into large ones (unless `compact` is False: a table `cluster`
+        just rewrote, whose files a bin-packing would mix again), then delete files no version
+        within the retention still needs."""
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(path))
+        compacted = table.optimize.compact() if compact else {}
+        removed = table.vacuum(retention_hours=int(retention_hours), dry_run=False,
+                               enforce_retention_duration=False)
+        return {"files_added": compacted.get("numFilesAdded", 0),
+                "files_removed": compacted.get("numFilesRemoved", 0),
+                "files_vacuumed": len(removed)}
+
+    def cluster(self, path: str, columns: list[str]) -> None:
+        """Rewrite the table sorted by `columns` (the key) into files of TARGET_FILE_BYTES, so
+        each file holds one key range and a MERGE rewrites only the files of the keys it
+        changes (Sail and Delta both skip files no changed key falls in). Rows do not change:
+        an OPTIMIZE commit."""
+        from deltalake import DeltaTable
+
+        DeltaTable(str(path)).optimize.z_order(  # sorts spill to disk past 512 MB
+            columns, target_size=tables.TARGET_FILE_BYTES, max_spill_size=512 * 2**20,
+            writer_properties=writer_properties())
+
+    def merge_changes(self, path: str, changes: pa.Table, key: list[str],
+                      columns: list[str]) -> None:
+        """silver_merge.sql's MERGE of the last change per key (`changes`: `columns` and
+        `_cdc_remove`), by delta-rs: offsets only move forward, so a replay changes nothing."""
+        on = " AND ".join(f"t.{_df_quote(k)} = s.{_df_quote(k)}" for k in key)
+        values = {_df_quote(c): f"s.{_df_quote(c)}" for c in columns}
+        with self._table(path) as table:
+            table.merge(source=changes, predicate=on, source_alias="s", target_alias="t") \
+                .when_matched_delete(predicate="s._cdc_offset > t._cdc_offset AND s._cdc_remove") \
+                .when_matched_update(updates=values, predicate="s._cdc_offset > t._cdc_offset") \
+                .when_not_matched_insert(updates=values, predicate="NOT s._cdc_remove") \
+                .execute()
+
+
+class DeltaRsTables(DeltaRsWrites):
+    """Table operations with delta-rs, in this process. Tables stay open between operations
+    (opening one replays its log: half of a state commit); a stream of batches opens its
+    table for itself, so that streams into one table are written side by side."""
+
+    def __init__(self):
+        self._open_tables: dict[str, list] = {}  # path -> [its lock, its DeltaTable or None]
+        self._lock = threading.Lock()
+        self._local = threading.local()  # .refreshed: the paths `pinned` brought up to date
+
+    @contextmanager
+    def pinned(self):
+        """Within it, this thread brings each table up to date once, at its first use: for
+        work that reads the same tables several times and alone writes them (through these
+        open tables, which follow their own commits)."""
+        self._local.refreshed = set()
+        try:
+            yield
+        finally:
+            self._local.refreshed = None
+
+    @contextmanager
+    def _table(self, path: str):
+        """The table at `path`, brought up to its latest version, used by one thread at once."""
+        from deltalake import DeltaTable
+
+        with self._lock:
+            entry = self._open_tables.setdefault(str(path), [threading.Lock(), None])
+        refreshed = getattr(self._local, "refreshed", None)
+        with entry[0]:
+            if entry[1] is not None and (refreshed is None or str(path) not in refreshed):
+                try:
+                    entry[1].update_incremental()
+                except Exception:  # noqa: BLE001 - replaced (recreated, vacuumed): open anew
+                    entry[1] = None
+            if entry[1] is None:
+                entry[1] = DeltaTable(str(path))
+            if refreshed is not None:
+                refreshed.add(str(path))
+            yield entry[1]
+
+    def exists(self, path: str) -> bool:
+        if storage(path) == "local":
+            import os
+
+            return os.path.isdir(os.path.join(str(path), "_delta_log"))
+        from cdc_sql.lake import objects
+
+        return objects.has_delta_log(str(path))
+
+    def version(self, path: str) -> int | None:
+        with self._table(path) as table:
+            return table.version()
+
+    def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None:
+        with self._table(path) as table:
+            count = table.version() - after_version
+            commits = table.history(count) if count > 0 else []
+        return sorted((int(c["version"]), operation(c.get("operation"),
+                                                    c.get("operationParameters"),
+                                                    c.get("userMetadata")),
+                       str((c.get("operationParameters") or {}).get("version", "")))
+                      for c in commits if int(c["version"]) > after_version)
+
+    def schema(self, path: str) -> pa.Schema:
+        with self._table(path) as table:
+            return pa.schema(table.schema().to_arrow())
+
+    def read_arrow(self, path: str, columns: list[str] | None = None,
+                   where: list[tuple[str, str, object]] | None = None) -> pa.Table:
+        """The table's rows (`where`: (column, operator, value) conditions, files skipped by
+        their statistics)."""
+        with self._table(path) as table:
+            return table.to_pyarrow_table(columns=columns, filters=where or None)
+
+    def scan(self, path: str, columns: list[str],
+             where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:
+        """The rows of `read_arrow` as a stream (memory follows a few batches: the defaults
+        read 16 batches of 128k rows ahead of a slower consumer), opened now:
+        a delta-rs call from inside another delta-rs write (a stream it consumes) panics."""
+        import pyarrow.parquet as pq
+
+        options = {}
+        with self._table(path) as table:
+            if storage(path) == "local":  # pyarrow's own file system: 1.6x delta-rs's here
+                from pyarrow.dataset import ParquetFragmentScanOptions
+                from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
+
+                dataset = table.to_pyarrow_dataset(
+                    filesystem=SubTreeFileSystem(str(path), LocalFileSystem()))
+                # no coalesced read-ahead of row groups on a local disk: a 10M-row copy held
+                # 156 MB instead of 270 MB, and ran no slower
+                options["fragment_scan_options"] = ParquetFragmentScanOptions(pre_buffer=False)
+            else:
+                dataset = table.to_pyarrow_dataset()
+        condition = pq.filters_to_expression(
+            [(c, "in" if op == "IN" else op, v) for c, op, v in where])
+        return dataset.scanner(columns=columns, filter=condition, batch_size=64 * 1024,
+                               batch_readahead=2, fragment_readahead=1, **options).to_reader()
+
+    def key_ranges(self, path: str, column: str) -> list[tuple] | None:
+        """(min, max, bytes) of `column` in each file, from the Delta log's statistics; None
+        when a file has none."""
+        files = self._file_stats(path, column)
+        return None if any(low is None or high is None for low, high, _ in files) else files
+
+    def _file_stats(self, path: str, column: str | None) -> list[tuple]:
+        """(min, max, bytes) of `column` in each file, None where the log has no statistics."""
+        with self._table(path) as table:
+            actions = _add_actions(table)
+        sizes = actions.column("size_bytes").to_pylist()
+        if column is None or f"min.{column}" not in actions.column_names:
+            return [(None, None, size) for size in sizes]
+        return list(zip(actions.column(f"min.{column}").to_pylist(),
+                        actions.column(f"max.{column}").to_pylist(), sizes))
+
+    def merges_here(self, path: str) -> bool:
+        """Whether delta-rs may MERGE into the table: no feature it cannot write (deletion
+        vectors, column mapping, ...: a table an engine created with its own defaults); a
+        table not there yet delta-rs creates."""
+        return not self.unwritable(path)
+
+    def unwritable(self, path: str) -> list[str]:
+        """What about the table delta-rs cannot write: its table features outside the few it
+        writes, an older protocol past its versions, or append-only; [] for a table not there
+        yet (delta-rs creates it)."""
+        if not self.exists(path):
+            return []
+        with self._table(path) as table:
+            protocol = table.protocol()
+            append_only = table.metadata().configuration.get("delta.appendOnly") == "true"
+        found = sorted(set(protocol.reader_features or ()) - {"timestampNtz"} |
+                       set(protocol.writer_features or ()) - WRITES_FEATURES)
+        if protocol.min_reader_version > 3 or protocol.min_writer_version > 7 or \
+                (protocol.writer_features is None and protocol.min_writer_version > 4):
+            found.append(f"protocol {protocol.min_reader_version}/{protocol.min_writer_version}")
+        return found + (["appendOnly"] if append_only else [])
+
+    def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
+        """Bytes of the table's data files; `within` (column, after, upto): only of the files
+        that may hold rows with after < column <= upto by their statistics (a file without
+        statistics on the column counts)."""
+        column, after, upto = within or (None, None, None)
+        return sum(size for low, high, size in self._file_stats(path, column)
+                   if low is None or high is None or (low <= upto and high > after))

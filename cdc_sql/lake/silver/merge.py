@@ -1,0 +1,85 @@
+"""A silver window carried out: the rows its cascades changed, then its route (route.py): the
+in-process MERGE or the engine's steps; a first window with history in two batches, history
+starting where every split's read had ended. The one place a window's route is taken."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import logging
+import time
+
+from cdc_sql import cascades
+from cdc_sql.lake import first_version, small_merge, tables
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.silver.cascade_rows import cascade_rows
+from cdc_sql.lake.silver.evolve import start_history
+from cdc_sql.lake.silver.execute import run_batch
+from cdc_sql.lake.silver.facts import Statement, read_facts
+from cdc_sql.lake.silver.ownership import owned_tables
+from cdc_sql.lake.silver.plan import SilverPlan
+from cdc_sql.lake.silver.route import clusters, route
+from cdc_sql.planner import Window
+
+log = logging.getLogger("cdc_sql")
+
+
+def merge_window(lake: Lake, plan: SilverPlan, window: Window,
+                 statements: list[Statement] | None = None, silver_version: int | None = None,
+                 cascading: list[cascades.ParentChange] = ()) -> list[cascades.ParentChange]:
+    """The first batch (silver created from the snapshot rows; with history, history begins
+    once silver is past every split's read) or an ordinary one. `silver_version`: silver's
+    version state recorded with the window's start (where cascades start from); `cascading`:
+    keys of parents that cascades deleted or changed in the window. Returns this table's own
+    such keys (for the tables it cascades into). A window that wrote a whole snapshot leaves
+    silver (and history) with one key range per file (route.Route.cluster)."""
+    cascaded, moves = cascade_rows(lake, plan, window, statements, silver_version, cascading) \
+        if plan.cascades else (None, [])
+    if not window.first or not plan.spec.history:
+        batch(lake, plan, window, statements, cascaded)
+    else:
+        _first_with_history(lake, plan, window, statements, cascaded)
+    if clusters(window):
+        for path in owned_tables(lake, plan.spec).values():
+            cluster_if_mixed(lake, path, list(plan.key))
+    return moves
+
+
+def _first_with_history(lake: Lake, plan: SilverPlan, window: Window,
+                        statements: list[Statement] | None, cascaded: tuple | None) -> None:
+    """Silver up to where history starts, then history from silver, then the rest."""
+    start = window.history_start or window.upto
+    if not lake.tables.exists(lake.history_path(plan.spec.name)):  # else a rerun: past it
+        silver_only = replace(plan, spec=replace(plan.spec, history=False))
+        batch(lake, silver_only, replace(window, upto=min(start, window.upto)), statements,
+              cascaded)
+        start_history(lake, plan)
+    if start < window.upto:
+        batch(lake, plan, Window(start, window.upto), statements, cascaded)
+
+
+def batch(lake: Lake, plan: SilverPlan, window: Window, statements: list[Statement] | None = None,
+          cascaded: tuple | None = None) -> None:
+    """One batch by its route: in this process when it may be (and the files agree), else the
+    engine's steps. `cascaded`: the rows cascades changed (cascade_rows)."""
+    started = time.monotonic()
+    with lake.tables.pinned():  # nothing else writes silver or bronze until the engine's steps
+        facts = read_facts(lake, plan, window, statements)
+        log.debug("silver %s: facts in %.3fs", plan.spec.name, time.monotonic() - started)
+        way = route(plan, window, lake, facts)
+        if way.in_process and small_merge.merged(lake, plan, window, facts):
+            return
+        if window.first:
+            first_version.discard(lake, plan.spec.name)  # of no use to the engine
+        if not way.in_process:
+            log.debug("silver %s: merged by the engine: %s", plan.spec.name, way.reason)
+    run_batch(lake, plan, window, facts, cascaded)
+
+
+def cluster_if_mixed(lake: Lake, path: str, key: list[str]) -> bool:
+    """Rewrite a table sorted by key unless its files already hold disjoint key ranges of a
+    moderate size (the first silver version, written file for file from bronze's key-range
+    groups, usually does, and clustering it again costs seconds). Returns whether it clustered."""
+    if tables.clustered(lake.tables.key_ranges(path, key[0])):
+        return False
+    lake.tables.cluster(path, key)
+    return True

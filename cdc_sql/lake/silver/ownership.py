@@ -1,0 +1,63 @@
+"""The hand-change check: cdc-sql merges only over silver and history tables it wrote last."""
+from __future__ import annotations
+
+from cdc_sql.config.model import Table
+from cdc_sql.errors import StateError
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.tables import EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK
+
+# Commits after our recorded version that need no one's attention: compaction, vacuum and
+# table properties (same content: e.g. deletion vectors or column mapping turned on), and our
+# own schema changes and MERGEs (a run that died before its state commit; replaying a window
+# is harmless, however often it happened).
+CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES",
+                      "UPGRADE PROTOCOL", EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK)
+
+
+def owned_tables(lake: Lake, spec: Table) -> dict[str, str]:
+    """The Delta tables a pipeline table writes, by the state field recording our last version."""
+    tables = {"silver_version": lake.silver_path(spec.name)}
+    if spec.history:
+        tables["history_version"] = lake.history_path(spec.name)
+    return tables
+
+
+def owned_versions(lake: Lake, spec: Table) -> dict[str, int | None]:
+    """Our last version of each table, for state: what check_untouched compares against."""
+    return {key: lake.tables.version(path) if lake.tables.exists(path) else None
+            for key, path in owned_tables(lake, spec).items()}
+
+
+def check_untouched(lake: Lake, spec: Table, entry) -> None:
+    """Refuse to merge over a silver (or history) table someone else changed since our last
+    commit. Allowed after it: compaction and vacuum (content unchanged), cdc-sql's own marked
+    schema changes, a RESTORE back to content we wrote, and our own MERGEs (runs that died
+    between a MERGE and the state commit; replaying a window is harmless)."""
+    for key, path in owned_tables(lake, spec).items():
+        recorded = getattr(entry, key)
+        if recorded is not None and lake.tables.exists(path):
+            kind = "history" if key == "history_version" else "silver"
+            _check_commits(lake, f"{kind} table {path.rsplit('/', 1)[-1]}", path, recorded)
+
+
+def _check_commits(lake: Lake, label: str, path: str, recorded: int) -> None:
+    commits = lake.tables.history(path, recorded)
+    if commits is None:
+        return
+    ours, foreign = {recorded}, []  # versions holding what we wrote; commits since that are not
+    for version, operation, restored_to in commits:
+        if operation == "RESTORE" and restored_to.isdigit() and int(restored_to) in ours:
+            foreign = []
+        elif operation not in CONTENT_PRESERVING:
+            foreign.append((version, operation))
+        if not foreign:
+            ours.add(version)
+    if not foreign:
+        return
+    shown = ", ".join(f"version {v}: {op}" for v, op in foreign)
+    raise StateError(
+        f"{label} ({path}) was changed outside cdc-sql after its version "
+        f"{recorded}, which cdc-sql wrote last ({shown}). cdc-sql does not merge over changes "
+        f"it did not make. Undo them (Spark: RESTORE TABLE delta.`{path}` TO VERSION AS OF "
+        f"{recorded}; delta-rs: DeltaTable(path).restore({recorded})), or start the pipeline "
+        f"over by removing {lake.root}")

@@ -1,0 +1,102 @@
+"""Which way a silver window goes, and why: one pure decision (`route`), taken in one place
+(merge.py) and printed per table by `cdc-sql plan`.
+
+- the engine's SQL (steps.py, run by execute.py): the reference path, for every window;
+- delta-rs in this process (lake/small_merge.py): a window of a table silver holds as it is,
+  with nothing the engine's SQL alone handles (see small_merge's docstring);
+- written ahead: a plain table's first window on a local lake, whose snapshot rows went into
+  silver's files while they were read (lake/first_version.py); its changes then merge in this
+  process.
+Whether a window fits in memory, and whether delta-rs can write silver's protocol, are only
+known from the files: small_merge.merged finds out, and hands the window back to the engine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cdc_sql.lake import first_version, small_merge
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.silver.facts import Facts
+from cdc_sql.lake.silver.plan import SilverPlan
+from cdc_sql.lake.tables import choose
+from cdc_sql.planner import Window
+
+
+class Way(Enum):
+    ENGINE_SQL = "through the engine's SQL"
+    IN_PROCESS = "merged in this process by delta-rs"
+    WRITTEN_AHEAD = "silver's first version written during the snapshot, changes by delta-rs"
+
+
+@dataclass(frozen=True)
+class Route:
+    way: Way
+    reason: str
+    cluster: bool = False  # a whole snapshot went in: silver (and history) clustered if mixed
+
+    @property
+    def in_process(self) -> bool:
+        return self.way is not Way.ENGINE_SQL
+
+
+def route(plan: SilverPlan, window: Window | None, lake: Lake, facts: Facts | None = None,
+          engine_mode: str | None = None) -> Route:
+    """The way `window` goes, from what the plan, the window and its facts say (reads nothing).
+    `window` None: the way of the table's windows as far as known before any run (`cdc-sql
+    plan`; `engine_mode`: the engine's mode, whose tables delta-rs may not reach)."""
+    cluster = window is not None and clusters(window)
+    if window is None:
+        reason = small_merge.plan_unsuitable(plan, lake.sql_only)
+        silver = lake.silver_path(plan.spec.name)
+        if reason is None and engine_mode is not None and \
+                choose(engine_mode, silver) != "delta-rs":
+            reason = (f"engine mode `{engine_mode}`: the lake's tables are the engine's to write "
+                      f"(delta-rs in this process may not reach its storage)")
+    else:
+        reason = small_merge.unsuitable(plan, window, facts or Facts(), lake.sql_only)
+    if reason is not None:
+        return Route(Way.ENGINE_SQL, reason, cluster)
+    if window is None:
+        return Route(Way.IN_PROCESS, IN_PROCESS_RULE)
+    if window.first and lake.local:
+        return Route(Way.WRITTEN_AHEAD, "a plain table's first window on a local path: the "
+                     "files written during the snapshot when they agree with state", cluster)
+    return Route(Way.IN_PROCESS, "a plain table, the window holds what delta-rs merges", cluster)
+
+
+def clusters(window: Window) -> bool:
+    """Whether silver (and history) are clustered after the window, unless their files already
+    hold disjoint key ranges (merge.cluster_if_mixed): when it wrote a whole snapshot."""
+    return window.first or window.replace
+
+
+IN_PROCESS_RULE = (
+    f"when one has no DDL or TRUNCATE, the source's columns in bronze and silver, silver's "
+    f"protocol asks for no feature delta-rs cannot write, and its MERGE fits in "
+    f"{small_merge.MEMORY_BUDGET // 2**20} MB by the file sizes; so is the first batch, on a "
+    f"local path (its snapshot rows written into silver's files while they are read), or in an "
+    f"object store with at most {small_merge.SNAPSHOT_BYTES // 2**20} MB of snapshot rows in "
+    f"bronze; else through the engine's SQL below (engine.sql_only forces that)")
+
+
+def engine_wanted(lake: Lake, plans: list[SilverPlan]) -> bool:
+    """Whether some table's windows go through the engine whatever their size, so that it is
+    worth starting while the source is read. Otherwise it starts on first use, if ever: a run
+    of plain tables on a local path seldom needs it (a window past the memory budget, a DDL)."""
+    return any(not lake.local or not route(plan, None, lake).in_process for plan in plans)
+
+
+def written_ahead(lake: Lake, plans: list[SilverPlan]) -> dict[str, list[first_version.Target]]:
+    """Per source table (qualified name), the silver tables whose first version is written
+    during the snapshot (lake/first_version.py): those this module will create, not there yet."""
+    found: dict[str, list[first_version.Target]] = {}
+    if not lake.local:
+        return found
+    for plan in plans:
+        silver = lake.silver_path(plan.spec.name)
+        if route(plan, None, lake).in_process and \
+                lake.tables.merges_here(silver) and not lake.tables.exists(silver):
+            found.setdefault(plan.sources[0].qualified, []).append(first_version.Target(
+                lake.first_version_path(plan.spec.name), small_merge.silver_schema(plan)))
+    return found

@@ -1,0 +1,165 @@
+"""The SQL text of each step, rendered from cdc_sql/sql/*.sql with identifiers quoted. Pure."""
+from __future__ import annotations
+
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.silver.plan import SilverPlan
+from cdc_sql.lake.tables import table_ref
+from cdc_sql.planner import Window
+from cdc_sql.source.schema import SourceTable, arrow_type, key_text_name
+from cdc_sql.sql import quote, render
+
+
+def _image_columns(source: SourceTable, present: dict | None, renames: dict, prefix: str,
+                   by_offset: bool) -> str:
+    """The source's columns read from a bronze table whose columns (name -> Arrow type) are
+    `present` (None: not known, every column taken as there): by name; for rows written before
+    a rename, by the earlier name (`renames`: column -> [(earlier name, offset)], oldest first;
+    binlog rows by their offset against bound parameters, snapshot rows by the newest name
+    bronze has); NULL where bronze has no such column; cast where bronze's type is not the
+    contract's (a widened column, say)."""
+    def read(name: str) -> str:
+        return f"{prefix}{quote(name)}" if present is None or name in present else "NULL"
+
+    def typed(expr: str, column, name: str | None) -> str:
+        if name is not None and expr != "NULL" and \
+                (present is None or present[name] == arrow_type(column.spark_type)):
+            return expr
+        return f"CAST({expr} AS {column.spark_type})"
+
+    items, k = [], 0
+    for column in source.columns:
+        chain = renames.get(column.name, [])
+        if chain and by_offset:
+            cases = "".join(f"WHEN _cdc_offset < :rename_{k + n} THEN {read(old)} "
+                            for n, (old, _) in enumerate(chain))
+            value = typed(f"CASE {cases}ELSE {read(column.name)} END", column, None)
+        elif chain:
+            names = [column.name, *(old for old, _ in reversed(chain))]
+            name = next((n for n in names if present is None or n in present), None)
+            value = typed(read(name) if name else "NULL", column, name)
+        else:
+            value = typed(read(column.name), column, column.name)
+        k += len(chain)
+        items.append(f"{value} AS {quote(column.name)}")
+    for column in source.key_text_columns:
+        name = key_text_name(column.name)
+        items.append(f"{read(name)} AS {quote(name)}")
+    return ",\n  ".join(items)
+
+
+def snapshot_images_sql(lake: Lake, source: SourceTable, splits_view: str,
+                        renames: dict | None = None, present=None) -> str:
+    return render(
+        "snapshot_images",
+        columns=_image_columns(source, present, renames or {}, "b.", by_offset=False),
+        bronze_snapshot=table_ref(lake.snapshot_path(source.db, source.name)),
+        done_splits=quote(splits_view),
+    )
+
+
+def binlog_images_sql(lake: Lake, source: SourceTable, renames: dict | None = None,
+                      present=None) -> str:
+    return render(
+        "binlog_images",
+        columns=_image_columns(source, present, renames or {}, "", by_offset=True),
+        bronze_changes=table_ref(lake.changes_path(source.db, source.name)),
+    )
+
+
+def candidates_sql(plan: SilverPlan, images_view: str) -> str:
+    items = [f"{expr} AS {quote(name)}" for expr, name in plan.projection.columns]
+    items += [f"{quote(key_text_name(source))} AS {quote(key_text_name(out))}"
+              for source, out in plan.key_texts]
+    return render(
+        "silver_candidates",
+        projection=",\n  ".join(items),
+        matches=plan.projection.where or "TRUE",
+        images=quote(images_view),
+    )
+
+
+def snapshot_rows_sql(plan: SilverPlan, candidates_view: str,
+                      window: Window) -> tuple[str, dict]:
+    """The snapshot rows silver is created with, one UNION ALL branch per group of splits read
+    together (an attempt: one bronze commit, one key range). Each branch reads only its own
+    bronze files, so Sail writes silver's first files with disjoint key ranges and they need no
+    clustering (one query mixed the groups' files into partitions that each spanned every key:
+    docs/performance.md)."""
+    attempts = sorted({attempt for entries in (window.splits or {}).values()
+                       for _, attempt, _ in entries})
+    if len(attempts) < 2:
+        return render("silver_snapshot_rows", output=", ".join(quote(c) for c in plan.columns),
+                      candidates=quote(candidates_view), group=""), {}
+    branches = [render("silver_snapshot_rows", output=", ".join(quote(c) for c in plan.columns),
+                       candidates=quote(candidates_view), group=f" AND _cdc_attempt = :group_{i}")
+                for i in range(len(attempts))]
+    branches[1:] = ["\n".join(line for line in branch.splitlines() if not line.startswith("--"))
+                    for branch in branches[1:]]  # the template's comment once
+    return "\nUNION ALL\n".join(branches), {f"group_{i}": a for i, a in enumerate(attempts)}
+
+
+def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
+    return render(
+        "silver_changes",
+        output=", ".join(f"c.{quote(c)}" for c in (*plan.columns, "_cdc_remove")),
+        key_match=_key_match(plan, "c", "later"),
+        candidates=quote(candidates_view),
+    )
+
+
+def history_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) -> str:
+    return render(
+        "history_versions",
+        key=", ".join(quote(k) for k in plan.key),
+        candidates=quote(candidates_view),
+        columns=", ".join(quote(c) for c in plan.row_columns),
+        history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
+        history=table_ref(lake.history_path(plan.spec.name)),
+        key_match=_key_match(plan, "h", "f"),
+    )
+
+
+def history_resnapshot_sql(lake: Lake, plan: SilverPlan, changes_view: str) -> str:
+    return render(
+        "history_resnapshot",
+        changes=quote(changes_view),
+        history=table_ref(lake.history_path(plan.spec.name)),
+        columns=", ".join(f"f.{quote(c)}" for c in plan.row_columns),
+        history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
+        key_match=_key_match(plan, "h", "f"),
+        same=" AND ".join(f"h.{quote(c)} <=> f.{quote(c)}" for c in plan.row_columns),
+    )
+
+
+def history_merge_sql(lake: Lake, plan: SilverPlan, versions_view: str) -> str:
+    columns = [quote(c) for c in plan.history_columns]
+    return render(
+        "history_merge",
+        history=table_ref(lake.history_path(plan.spec.name)),
+        versions=quote(versions_view),
+        key_match=_key_match(plan, "t", "s"),
+        columns=", ".join(columns),
+        values=", ".join(f"s.{c}" for c in columns),
+    )
+
+
+def _key_match(plan: SilverPlan, left: str, right: str) -> str:
+    """Keys compare with `=`; with `<=>` only where a declared key may hold NULLs (a MERGE on
+    `<=>` is slower: docs/performance.md)."""
+    equals = "<=>" if plan.key_nullable else "="
+    return " AND ".join(f"{left}.{quote(k)} {equals} {right}.{quote(k)}" for k in plan.key)
+
+
+def merge_sql(lake: Lake, plan: SilverPlan, changes_view: str, dropped: tuple[str, ...] = ()) -> str:
+    """`dropped`: silver columns the source no longer has; an update sets them NULL."""
+    columns = [quote(c) for c in plan.columns]
+    return render(
+        "silver_merge",
+        silver=table_ref(lake.silver_path(plan.spec.name)),
+        changes=quote(changes_view),
+        key_match=_key_match(plan, "t", "s"),
+        assignments=", ".join([*(f"t.{c} = s.{c}" for c in columns),
+                               *(f"t.{quote(c)} = NULL" for c in dropped)]),
+        columns=", ".join(columns),
+        values=", ".join(f"s.{c}" for c in columns),
+    )

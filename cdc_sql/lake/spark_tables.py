@@ -1,0 +1,171 @@
+"""The lake's table operations through the engine's own Spark SQL (lake/tables.py says when)."""
+from __future__ import annotations
+
+import logging
+from contextlib import nullcontext
+from typing import Callable, ContextManager, Iterable
+
+import pyarrow as pa
+
+from cdc_sql.lake.tables import EVOLVE_MARK, literal, operation, predicate, spark_schema, table_ref
+from cdc_sql.sql import quote
+
+log = logging.getLogger("cdc_sql")
+_MAX_SLICE_BYTES = 32 * 2**20  # of an Arrow batch sent to the engine
+
+
+class SparkTables:
+    """Table operations through the engine's own Spark SQL (its file system, its catalog)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    @property
+    def spark(self):
+        return self.engine.spark
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.engine.read(path).schema  # noqa: B018 - forces resolution
+            return True
+        except Exception:  # noqa: BLE001 - any engine's "not a Delta table"
+            return False
+
+    def version(self, path: str) -> int | None:
+        if not self.engine.describes_history:
+            return None
+        return int(self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)} LIMIT 1").collect()[0][0])
+
+    def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None:
+        """None when this engine cannot tell (Sail has no DESCRIBE HISTORY)."""
+        if not self.engine.describes_history:
+            return None
+        rows = [(r["version"], r["operation"], r["operationParameters"], r["userMetadata"])
+                for r in self.spark.sql(f"DESCRIBE HISTORY {table_ref(path)}").collect()]
+        return sorted((int(v), operation(op, params, mark), str((params or {}).get("version", "")))
+                      for v, op, params, mark in rows if int(v) > after_version)
+
+    def schema(self, path: str) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self.engine.read(path).schema)
+
+    def create_arrow_table(self, path: str, schema: pa.Schema) -> None:
+        if not self.exists(path):
+            self.engine.append(self.spark.createDataFrame([], spark_schema(schema)), path)
+
+    def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+                     schema_mode: str | None = None) -> None:
+        for batch in batches:  # Sail rejects gRPC messages over 128 MB: send slices
+            rows = max(1, int(batch.num_rows * _MAX_SLICE_BYTES / max(batch.nbytes, 1)))
+            for start in range(0, batch.num_rows, rows):
+                table = pa.Table.from_batches([batch.slice(start, rows)])
+                df = self.spark.createDataFrame(table, spark_schema(schema))
+                df.write.format("delta").mode("append") \
+                    .option("mergeSchema", str(schema_mode == "merge").lower()).save(str(path))
+
+    def read_arrow(self, path: str, columns: list[str] | None = None,
+                   where: list[tuple[str, str, object]] | None = None) -> pa.Table:
+        df = self.engine.read(path)
+        if where:
+            df = df.where(predicate(where, quote))
+        return (df.select(*columns) if columns else df).toArrow()
+
+    def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
+        self.spark.createDataFrame(table, spark_schema(schema)).write.format("delta") \
+            .mode("overwrite").save(str(path))
+
+    def reset(self, path: str, schema: pa.Schema) -> None:
+        self.spark.createDataFrame([], spark_schema(schema)).write.format("delta") \
+            .mode("overwrite").option("overwriteSchema", "true") \
+            .option("userMetadata", EVOLVE_MARK).save(str(path))
+
+    def add_columns(self, path: str, fields: list) -> None:
+        """ALTER TABLE ADD COLUMNS, or where the engine has none (Sail, which also ignores an
+        empty schema-merging append), the table rewritten with the columns in one commit."""
+        statement = self.engine.add_columns_sql(table_ref(path), fields)
+        if statement is not None:
+            self._marked_sql(statement)
+        else:
+            self.reshape(path, {}, [(f.name, f.dataType, None) for f in fields])
+
+    def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
+        from pyspark.sql import functions as F
+
+        table = self.engine.read(path)
+        table.select(*(F.col(c).cast(widen[c]).alias(c) if c in widen else F.col(c)
+                       for c in table.columns),
+                     *((F.col(source) if source else F.lit(None)).cast(t).alias(name)
+                       for name, t, source in add)) \
+            .write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .option("userMetadata", EVOLVE_MARK).save(str(path))
+
+    def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None:
+        self._marked_sql(f"DELETE FROM {table_ref(path)} WHERE {predicate(where, quote)}")
+
+    def update_rows(self, path: str, values: dict, where: list[tuple[str, str, str]]) -> None:
+        assignments = ", ".join(f"{quote(c)} = {literal(v)}" for c, v in values.items())
+        self._marked_sql(f"UPDATE {table_ref(path)} SET {assignments} WHERE "
+                         f"{predicate(where, quote)}")
+
+    def compact_and_vacuum(self, path: str, retention_hours: float, compact: bool = True) -> dict:
+        if not self.engine.optimizes:
+            log.warning("%s: this engine cannot compact or vacuum Delta tables; skipped", path)
+            return {}
+        ref = table_ref(path)
+        if compact:
+            self.spark.sql(f"OPTIMIZE {ref}").collect()
+        # Delta refuses a retention under a week unless told to: cdc-sql's is the user's choice
+        check = "spark.databricks.delta.retentionDurationCheck.enabled"
+        self.spark.conf.set(check, "false")
+        try:
+            self.spark.sql(f"VACUUM {ref} RETAIN {float(retention_hours)} HOURS").collect()
+        finally:
+            self.spark.conf.unset(check)
+        return {}
+
+    def key_ranges(self, path: str, column: str) -> list[tuple] | None:
+        return None  # the engine's own OPTIMIZE decides
+
+    def merges_here(self, path: str) -> bool:
+        return False  # the engine's storage: only its own MERGE
+
+    def unwritable(self, path: str) -> list[str]:
+        return []  # the engine writes whatever it reads
+
+    def pinned(self) -> ContextManager[None]:
+        return nullcontext()  # every read goes to the engine
+
+    def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
+    def scan(self, path: str, columns: list[str],
+             where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
+    def create_from_streams(self, path: str, schema: pa.Schema,
+                            streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
+    def create_with_files(self, path: str, schema: pa.Schema, actions: list) -> None:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
+    def merge_changes(self, path: str, changes: pa.Table, key: list[str],
+                      columns: list[str]) -> None:
+        raise NotImplementedError("merges_here is False: silver's SQL MERGE")
+
+    def cluster(self, path: str, columns: list[str]) -> None:
+        if not self.engine.optimizes:
+            log.warning("%s: this engine cannot cluster Delta tables; skipped", path)
+            return
+        self.spark.sql(f"OPTIMIZE {table_ref(path)} ZORDER BY "
+                       f"({', '.join(quote(c) for c in columns)})").collect()
+
+    def _marked_sql(self, statement: str) -> None:
+        # Session-wide: a MERGE another thread commits meanwhile carries the mark too, which
+        # is true of it as well (every commit of this session is cdc-sql's own).
+        self.spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", EVOLVE_MARK)
+        try:
+            self.spark.sql(statement).collect()
+        finally:
+            self.spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")

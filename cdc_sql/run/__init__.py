@@ -1,0 +1,1 @@
+"""The run: its phases in order, each handed what it needs and returning what it found."""

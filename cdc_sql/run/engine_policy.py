@@ -1,0 +1,25 @@
+"""When the engine starts: the one place that decides it.
+
+Starting the engine (Sail, a Spark session) takes seconds. A run starts it early, while the
+source is read (the snapshot's readers wait on the server; capture reads the binlog), when it
+will surely be used: tables registered in a catalog, or a table whose windows go through the
+engine's SQL whatever their size (lake/silver/route.py). Otherwise it starts on first use, if
+ever: the lake's engine is lazy, and a run of plain tables on a local path seldom needs it (a
+window past the memory budget, a DDL)."""
+from __future__ import annotations
+
+from cdc_sql.config.model import Pipeline
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.silver import route
+from cdc_sql.lake.silver.plan import SilverPlan
+
+
+def starts_early(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> bool:
+    """Whether this run starts the engine while the source is read."""
+    return bool(pipeline.target.schema) or route.engine_wanted(lake, plans)
+
+
+def start_early(lake: Lake, early: bool) -> None:
+    """Start the engine now if the policy says early."""
+    if early:
+        lake.engine.prepare()

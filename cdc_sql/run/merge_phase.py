@@ -1,0 +1,151 @@
+"""Phase 4 of a run: each silver table's next window (planner.py) merged (lake/silver/merge.py),
+`target.parallelism` tables at once, a group of tables whose cascades set off cascades as one;
+state records each table's applied offset after its MERGE, in batched commits."""
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from cdc_sql import planner, resnapshot
+from cdc_sql.lake.silver.facts import Statement, read_statements
+from cdc_sql.lake.silver.merge import merge_window
+from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
+from cdc_sql.lake.silver.plan import SilverPlan, chained
+from cdc_sql.lake.state import Checkpoint, TableEntry
+from cdc_sql.planner import Window, chain_merge, next_window
+from cdc_sql.run.commits import record_as_done
+from cdc_sql.run.context import Run
+from cdc_sql.run.summary import Batch
+
+log = logging.getLogger("cdc_sql")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What this run's capture saw, so idle tables advance without a MERGE (heartbeat): where
+    its first pass began (None: no capture yet), and every source table it wrote."""
+
+    captured_from: str | None = None
+    changed_tables: frozenset[str] = frozenset()
+
+
+class MergePhase:
+    """The merge phase of one run; remembers only the tables it registered by name."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.registered: set[str] = set()  # silver tables registered by name in this run
+
+    def merge(self, plans: list[SilverPlan], checkpoint: Checkpoint, seen: Seen,
+              batches: list[Batch]) -> list[str]:
+        """Merge each silver table's next window, `target.parallelism` tables at once (a group
+        of tables whose cascades set off cascades as one); returns the tables that moved.
+        `batches`: the run's commits, to which each table's MERGE is added as it is done (so
+        a failed run's metrics keep those that were)."""
+        run = self.run
+        workers = max(1, min(run.pipeline.target.parallelism, len(plans)))
+        statements = read_statements(run.lake)
+        groups = [] if run.pipeline.source.startup == "snapshot-only" else chained(plans)
+        grouped = {plan.spec.name for group in groups for plan in group}
+        with ThreadPoolExecutor(workers, "merge") as pool:
+            entries = record_as_done(run.state,
+                [pool.submit(self._merge_chain, group, checkpoint, statements, batches)
+                 for group in groups] +
+                [pool.submit(self._merge_table, plan, checkpoint, statements, seen, batches)
+                 for plan in plans if plan.spec.name not in grouped])
+        return [e.table for e in entries]
+
+    def _merge_table(self, plan: SilverPlan, checkpoint: Checkpoint, statements: list[Statement],
+                     seen: Seen, batches: list[Batch]) -> list[TableEntry]:
+        """One table's window into silver; returns its state entry (none without a window)."""
+        window = self._window(plan, checkpoint, seen)
+        return [] if window is None else \
+            [self._merged(plan, checkpoint, window, statements, batches)[0]]
+
+    def _merge_chain(self, group: list[SilverPlan], checkpoint: Checkpoint,
+                     statements: list[Statement], batches: list[Batch]) -> list[TableEntry]:
+        """Tables whose cascades set off cascades, parents first, up to one U: each passes the
+        keys its cascades deleted or changed on to the next. Their state entries commit
+        together, so a replay works the same cascades out again. All wait while one of them
+        waits for its snapshot; a table whose window starts before a parent's (added later,
+        say) cannot get that parent's moves: they then merge on their own, with a warning."""
+        windows = [self._window(plan, checkpoint, None) for plan in group]
+        how = chain_merge([(p.sources[0].qualified, tuple(fk.parent for fk in p.cascades), w,
+                            planner.caught_up(checkpoint.table(p.spec.name), checkpoint.capture))
+                           for p, w in zip(group, windows)])
+        ready = [(p, w) for p, w in zip(group, windows) if w is not None]
+        if how == "wait":
+            return []
+        if how == "apart":
+            log.warning("silver %s: a window starts before its parent's, so cascades set off "
+                        "by cascades are not applied to it this once: run `cdc-sql verify`",
+                        ", ".join(p.spec.name for p, _ in ready))
+            return [self._merged(p, checkpoint, w, statements, batches)[0] for p, w in ready]
+        entries, moves = [], []
+        for plan, window in ready:
+            entry, mine = self._merged(plan, checkpoint, window, statements, batches, moves)
+            entries.append(entry)
+            moves += mine
+        return entries
+
+    def _window(self, plan: SilverPlan, checkpoint: Checkpoint,
+                seen: Seen | None) -> Window | None:
+        """The table's next window (planner.py); None when it must wait (also while a
+        re-snapshot of one of its source tables is asked for and not yet prepared: rows
+        changed without row events stay out of silver until it replaces them). `seen`: what
+        capture saw, for an idle window (None: never idle)."""
+        if any(t.qualified in resnapshot.requested(checkpoint) for t in plan.sources):
+            return None
+        entry = checkpoint.table(plan.spec.name)
+        if entry is not None:  # every run, changes or not: silver must hold only what we wrote
+            check_untouched(self.run.lake, plan.spec, entry)
+        splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
+        return next_window(entry, splits, checkpoint.capture,
+                           snapshot_only=self.run.pipeline.source.startup == "snapshot-only",
+                           history=plan.spec.history,
+                           idle=seen is not None and entry is not None and
+                           self._idle(plan, entry.applied, seen))
+
+    def _merged(self, plan: SilverPlan, checkpoint: Checkpoint, window: Window,
+                statements: list[Statement], batches: list[Batch],
+                cascading: list = ()) -> tuple[TableEntry, list]:
+        """The window into silver: the table's state entry, and the keys its cascades deleted
+        or changed."""
+        lake = self.run.lake
+        started = time.monotonic()
+        capture, entry = checkpoint.capture, checkpoint.table(plan.spec.name)
+        moves = []
+        if not window.idle:
+            moves = merge_window(lake, plan, window, statements,
+                                 entry.silver_version if entry is not None else None, cascading)
+        source_time = capture.source_time if capture and window.upto == capture.offset else None
+        batches.append(Batch(phase="merge", table=plan.spec.name,
+                             seconds=round(time.monotonic() - started, 3)))
+        self._register(plan)
+        log.info("silver %s: merged up to %s", plan.spec.name, window.upto)
+        return TableEntry(table=plan.spec.name, applied=window.upto, snapshot_merged=True,
+                          source_time=source_time, key=list(plan.key),
+                          sources=[t.qualified for t in plan.sources],
+                          cascade_parents=sorted({fk.parent for fk in plan.cascades}),
+                          **owned_versions(lake, plan.spec)), moves
+
+    def _register(self, plan: SilverPlan) -> None:
+        target, lake = self.run.pipeline.target, self.run.lake
+        if target.schema and plan.spec.name not in self.registered:
+            tables = {plan.spec.name: lake.silver_path(plan.spec.name)}
+            if plan.spec.history:
+                tables[f"{plan.spec.name}_history"] = lake.history_path(plan.spec.name)
+            for table, path in tables.items():
+                name = lake.engine.register(target.catalog, target.schema, table, path)
+                log.info("silver %s: registered as %s", plan.spec.name, name)
+            self.registered.add(plan.spec.name)
+
+    def _idle(self, plan: SilverPlan, applied: str, seen: Seen) -> bool:
+        """planner.idle, with what this run captured and whether the table's tables exist."""
+        lake = self.run.lake
+        reads = [t.qualified for t in plan.sources] + [fk.parent for fk in plan.cascades]
+        return planner.idle(seen.captured_from, applied, reads, seen.changed_tables,
+                            all(lake.tables.exists(p)
+                                for p in owned_tables(lake, plan.spec).values()))

@@ -1,0 +1,142 @@
+"""Phase 2 of a run: requested re-snapshots prepared, then every unfinished split read into
+bronze (and into silver's first version where it is written ahead), splits in parallel,
+recorded in batched state commits."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from cdc_sql import faults, resnapshot
+from cdc_sql.lake import bronze, first_version, tables
+from cdc_sql.lake.silver import route
+from cdc_sql.lake.silver.plan import SilverPlan, read_whole, snapshot_levels
+from cdc_sql.lake.state import Checkpoint, SplitEntry
+from cdc_sql.progress import Progress
+from cdc_sql.run.commits import record_as_done
+from cdc_sql.run.context import Run
+from cdc_sql.run.engine_policy import start_early
+from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_splits
+from cdc_sql.source import mysql
+from cdc_sql.source.preflight import SourceView
+from cdc_sql.source.schema import SourceTable
+from cdc_sql.source.splits import Split, group_splits, plan_splits, table_size
+from cdc_sql.source.watermarks import binary_log_status
+
+log = logging.getLogger("cdc_sql")
+
+
+def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: bool) -> int:
+    """Prepare requested re-snapshots, then read every unfinished split into bronze (`plans`:
+    the pipeline's silver tables over `view`; `engine_early`: engine_policy.starts_early);
+    returns the rows read."""
+    source = run.pipeline.source
+    checkpoint = _prepare_resnapshots(run, view, run.state.load())
+    initial = source.startup in ("initial", "snapshot-only")
+    sizes = {}
+    with mysql.cursor(source) as cur:  # new tables too (a shard that appeared)
+        new = [(t, plan_splits(cur, t, source.chunk_size, source.parallelism))
+               for t in view.source_tables if initial and not checkpoint.splits(t.qualified)]
+        if new:
+            run.state.write(*(SplitEntry.planned(s) for _, splits in new for s in splits))
+            checkpoint = run.state.load()
+        pending_tables = [t for t in view.source_tables
+                          if any(not s.done for s in checkpoint.splits(t.qualified))]
+        for table in pending_tables:
+            sizes[table.qualified] = table_size(cur, table)[0]
+    whole = read_whole(plans)  # all splits again, in one read
+    unfinished = {t.qualified: [s.split for s in checkpoint.splits(t.qualified)
+                                if not s.done or t.qualified in whole]
+                  for t in pending_tables}
+
+    def prepare(table: SourceTable) -> None:
+        bronze.ensure_snapshot_table(run.lake, table)
+        bronze.drop_unfinished(run.lake, table,
+                               [s.split_id for s in unfinished[table.qualified]])
+
+    tables.each(prepare, pending_tables)
+    pending = [(table, group) for table in pending_tables for group in (
+        [sorted(unfinished[table.qualified], key=lambda s: s.split_id)]
+        if table.qualified in whole else
+        group_splits(unfinished[table.qualified], sizes[table.qualified], source.parallelism))]
+    levels = snapshot_levels(plans)  # cascades set off cascades: parents first
+    firsts = route.written_ahead(run.lake, plans) if pending else {}
+    rows = 0
+    for level in sorted({levels.get(table.qualified, 0) for table, _ in pending}):
+        rows += _read_pending(run, view, [(table, group) for table, group in pending
+                                          if levels.get(table.qualified, 0) == level],
+                                   firsts, engine_early)
+    return rows
+
+
+def _read_pending(run: Run, view: SourceView, pending: list[tuple[SourceTable, list[Split]]],
+                  firsts: dict[str, list[first_version.Target]], engine_early: bool) -> int:
+    if run.pipeline.source.snapshot_runner == "spark":
+        return _land_as_spark_tasks(run, view, pending)
+    progress = Progress("snapshot", sum(len(group) for _, group in pending))
+    with ThreadPoolExecutor(run.pipeline.source.parallelism, "split") as pool:
+        futures = [pool.submit(_read_splits, run, view, table, group, progress,
+                               firsts.get(table.qualified, []))
+                   for table, group in pending]
+        start_early(run.lake, engine_early)  # while the readers wait on the source
+        entries = record_as_done(run.state, futures)
+    progress.finish()
+    return sum(e.rows for e in entries)
+
+
+def _prepare_resnapshots(run: Run, view: SourceView, checkpoint: Checkpoint) -> Checkpoint:
+    """Requested re-snapshots: the tables' bronze emptied, then their new splits, start and
+    silver marks in one state commit (resnapshot.py)."""
+    if not resnapshot.pending(checkpoint):
+        return checkpoint
+    source = run.pipeline.source
+    wanted = resnapshot.requested(checkpoint)
+    chosen = [t for t in view.source_tables if t.qualified in wanted]
+    with mysql.cursor(source) as cur:  # the new splits' watermarks all come after it
+        start = dataclasses.replace(binary_log_status(cur)[0], base=view.base).offset.text
+        planned = {t.qualified: plan_splits(cur, t, source.chunk_size, source.parallelism)
+                   for t in chosen}
+    tables.each(lambda table: bronze.reset(run.lake, table), chosen)
+    faults.point("resnapshot.reset")  # bronze emptied, state not told: prepared again
+    silver = [spec.name for spec in run.pipeline.tables
+              if any(spec.matches(t.db, t.name) for t in chosen)]
+    run.state.write(*resnapshot.prepared(checkpoint, planned, start, silver))
+    log.warning("re-snapshot of %s: capture keeps their changes after %s; %s stay as they "
+                "are until the new snapshot replaces them", ", ".join(sorted(planned)) or
+                "no table that still exists", start, ", ".join(silver) or "no silver table")
+    return run.state.load()
+
+
+def _read_splits(run: Run, view: SourceView, table: SourceTable, splits: list[Split],
+                 progress: Progress, firsts: list[first_version.Target]
+                 ) -> list[SplitEntry]:
+    """A group of splits into bronze (and into silver's first version, lake/
+    first_version.py); returns their state entries."""
+    if run.stop.is_set():  # SIGTERM: splits not started wait for the next run
+        return []
+
+    def write(table, batches, attempt, offset, read_at) -> dict[int, int]:
+        with first_version.Writer(firsts, attempt, [s.split_id for s in splits], offset,
+                                  read_at) as first:
+            return bronze.write_splits(run.lake, table, first.tee(batches), attempt,
+                                       offset, read_at, on_batch=progress.add_rows)
+
+    entries = land_splits(run.pipeline.source, table, splits, view.mariadb, write, view.base)
+    progress.split_done(len(entries))
+    return entries
+
+
+def _land_as_spark_tasks(run: Run, view: SourceView,
+                         pending: list[tuple[SourceTable, list[Split]]]) -> int:
+    """One Spark task per group of splits; state records them together when the job is
+    done."""
+    started = time.monotonic()
+    log.info("snapshot: %d groups of splits as Spark tasks", len(pending))
+    entries = land_as_spark_tasks(run.lake, run.pipeline.source, pending, view.mariadb,
+                                  view.base)
+    run.state.write(*entries)
+    rows = sum(e.rows for e in entries)
+    log.info("snapshot finished: %d splits, %d rows in %.1fs as Spark tasks", len(entries),
+             rows, time.monotonic() - started)
+    return rows
