@@ -26,7 +26,7 @@ from cdc_sql.cascades import ForeignKey
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
 from cdc_sql.errors import ConfigError, SourceError, StateError
-from cdc_sql.lake import small_merge
+from cdc_sql.lake import semantics, small_merge
 from cdc_sql.lake.tables import (EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK, stats_properties,
                                  table_ref)
 from cdc_sql.planner import Window
@@ -93,7 +93,8 @@ class SilverPlan:
     def columns(self) -> tuple[str, ...]:
         """Silver's columns."""
         n = len(self.projection.columns)
-        return self.row_columns[:n] + ENGINE_COLUMNS + self.row_columns[n:]
+        return self.row_columns[:n] + ENGINE_COLUMNS + semantics.extra_columns(self.spec) + \
+            self.row_columns[n:]
 
     @property
     def snapshot_keys_unique(self) -> bool:
@@ -127,7 +128,7 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
         projection = resolve_projection(spec, [c.name for c in first.columns], list(first.key))
     except ConfigError as exc:
         raise ConfigError(f"{exc.detail} (table {first.qualified})", file,
-                          f"tables[{index}].projection") from None
+                          f"tables[{index}].{exc.path or 'projection'}") from None
     texts = {c.name for c in first.key_text_columns}
     key_texts = tuple((source, out) for source, out in zip(first.key, projection.key)
                       if source in texts)
@@ -444,7 +445,8 @@ def batch_steps(lake, plan: SilverPlan, window: Window, facts: Facts,
                       as_is=f"SELECT {', '.join(quote(c) for c in (*plan.columns, '_cdc_remove'))}"
                             f" FROM {quote(merged)}"))
     if window.replace:
-        return steps + replace_steps(lake, plan, window, f"cdc_changes_{name}")
+        return steps + replace_steps(lake, plan, window, f"cdc_changes_{name}",
+                                     facts.silver_columns)
     steps.append(Step("the MERGE into silver (silver and history are first given the "
                       "source's columns)",
                       merge_sql(lake, plan, f"cdc_changes_{name}", facts.dropped(plan)), "merge",
@@ -461,7 +463,8 @@ def batch_steps(lake, plan: SilverPlan, window: Window, facts: Facts,
     return steps
 
 
-def replace_steps(lake, plan: SilverPlan, window: Window, changes_view: str) -> list[Step]:
+def replace_steps(lake, plan: SilverPlan, window: Window, changes_view: str,
+                  silver_columns: tuple[str, ...] = ()) -> list[Step]:
     """A re-snapshot's last steps: history gains the differences as versions (first: a replay
     compares with history, and silver, once replaced, no longer holds the old rows), then silver
     is replaced by the last candidate of every key, in one commit."""
@@ -478,10 +481,17 @@ def replace_steps(lake, plan: SilverPlan, window: Window, changes_view: str) -> 
         steps.append(Step("the MERGE into history",
                           history_merge_sql(lake, plan, f"cdc_versions_{name}"), "merge",
                           crash_point="history.merged"))
+    kept = semantics.replace_kept(plan.spec, plan.columns, silver_columns,
+                                  _key_match(plan, "t", "s"),
+                                  table_ref(lake.silver_path(name)), quote(changes_view))
     steps.append(Step("silver replaced by the re-snapshot's rows, in one commit",
                       render("silver_replace", columns=", ".join(quote(c) for c in plan.columns),
-                             changes=quote(changes_view)),
-                      "replace", lake.silver_path(name), crash_point="silver.merged"))
+                             changes=quote(changes_view),
+                             removes=semantics.removes(plan.spec),  # hook: change semantics
+                             kept=kept),
+                      "replace", lake.silver_path(name),
+                      {"upto": window.upto} if ":upto" in kept else {},
+                      crash_point="silver.merged"))
     return steps
 
 
@@ -660,7 +670,8 @@ def _child_versions(lake, plan: SilverPlan, window: Window, statements: list[tup
                             f"CAST(NULL AS {schema[c].dataType.simpleString()}) AS {quote(c)}"
                             for c in _row_columns(source, schema.names))
         parts.append(lake.engine.sql(render("cascade_silver_rows", columns=columns,
-                                            silver=quote(view)),
+                                            silver=quote(view),
+                                            live=semantics.live_where(present)),  # hook
                                      {"source_table": source.qualified}))
     versions = parts[0]
     for part in parts[1:]:
@@ -762,7 +773,7 @@ def _execute(lake, step: Step) -> int | None:
             rows = lake.engine.sql(step.sql, step.args)
             create(lake, step.name, rows)  # the commit that creates silver holds the rows
     elif step.kind == "replace":
-        lake.engine.replace(spark.sql(step.sql), step.name, RESNAPSHOT_MARK)
+        lake.engine.replace(lake.engine.sql(step.sql, step.args), step.name, RESNAPSHOT_MARK)
     elif step.kind == "stage":
         unique, rows = spark.sql(step.unique_check).collect()[0] if step.unique_check \
             else (False, None)
@@ -816,6 +827,8 @@ def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
     PARTITION removed (op `delete`: the statement and the conditions on the partitioning
     column that say which rows, source/partitions.py), where silver's row at that offset was
     still the one the partition held."""
+    if not semantics.applies_truncate(plan.spec):  # hook: skip: [truncate]
+        return
     for source in plan.sources:
         found = facts.statements.get(source.qualified, ())
         truncates = [(offset, ts) for op, offset, ts, _ in found if op == "truncate"]
@@ -828,8 +841,8 @@ def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
         for removed_at, removed_ts, where in removals:
             Offset.parse(removed_at)  # ours, as written by capture
             conditions = [(column, op, value) for column, op, value in where]
-            lake.tables.delete_rows(lake.silver_path(plan.spec.name),
-                                    [("_cdc_offset", "<", removed_at), *conditions, *shard])
+            _remove_rows(lake, plan, removed_at, removed_ts,
+                         [("_cdc_offset", "<", removed_at), *conditions, *shard])
             if plan.spec.history:
                 lake.tables.update_rows(
                     lake.history_path(plan.spec.name),
@@ -837,6 +850,20 @@ def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
                      "_cdc_valid_to_ts": removed_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
                     [("_cdc_current", "=", True), ("_cdc_valid_from", "<", removed_at),
                      *conditions, *shard])
+
+
+def _remove_rows(lake, plan: SilverPlan, removed_at: str, removed_ts, where: list) -> None:
+    """Rows a TRUNCATE removed leave silver, or, with soft deletes, stay flagged deleted at its
+    offset (semantics.truncate_updates; a replay finds them past it and changes nothing)."""
+    path = lake.silver_path(plan.spec.name)
+    updates = semantics.truncate_updates(plan.spec, removed_at,
+                                         removed_ts.strftime("%Y-%m-%d %H:%M:%S.%f"))
+    if updates is None:
+        lake.tables.delete_rows(path, where)
+        return
+    for flag in (False, None):  # NULL: rows from before soft deletes were turned on
+        lake.tables.update_rows(path, updates,
+                                [*where, (semantics.DELETED, "=" if flag is False else "IS", flag)])
 
 
 def evolve(lake, path: str, plan: SilverPlan, changes_schema,
@@ -900,6 +927,7 @@ def _history_seed(silver, plan: SilverPlan):
     from pyspark.sql import functions as F
 
     offset, ts = F.col("_cdc_offset"), F.col("_cdc_ts")
+    silver = silver.where(semantics.live(silver.columns))  # hook: soft-deleted rows are not
     return silver.select(*plan.row_columns, "_cdc_op", offset.alias("_cdc_valid_from"),
                          ts.alias("_cdc_valid_from_ts"),
                          F.lit(None).cast("string").alias("_cdc_valid_to"),
@@ -978,11 +1006,14 @@ def candidates_sql(plan: SilverPlan, images_view: str) -> str:
     items = [f"{expr} AS {quote(name)}" for expr, name in plan.projection.columns]
     items += [f"{quote(key_text_name(source))} AS {quote(key_text_name(out))}"
               for source, out in plan.key_texts]
+    matches = plan.projection.where or "TRUE"
     return render(
         "silver_candidates",
         projection=",\n  ".join(items),
-        matches=plan.projection.where or "TRUE",
+        matches=matches,
         images=quote(images_view),
+        extra=semantics.candidate_columns(plan.spec, matches),  # hook: change semantics
+        kept=semantics.candidate_filter(plan.spec),
     )
 
 
@@ -1070,5 +1101,6 @@ def merge_sql(lake, plan: SilverPlan, changes_view: str, dropped: tuple[str, ...
                                *(f"t.{quote(c)} = NULL" for c in dropped)]),
         columns=", ".join(columns),
         values=", ".join(f"s.{c}" for c in columns),
+        removes=semantics.removes(plan.spec, "s"),  # hook: change semantics
     )
 
