@@ -98,6 +98,11 @@ def replace_kept(spec, columns, present, key_match: str, silver: str, changes: s
             f"SELECT {items}\nFROM {silver} AS t\nLEFT ANTI JOIN {changes} AS s ON {key_match}")
 
 
+def keeps_rows(spec) -> bool:
+    """Silver may hold rows the source no longer has, on purpose (verify counts them as kept)."""
+    return bool(spec.skip)
+
+
 def applies_truncate(spec) -> bool:
     return not skips(spec, "truncate")
 
@@ -123,3 +128,11 @@ def arrow_changes(spec, changes: pa.Table) -> pa.Table:
         return changes.append_column("_cdc_remove", pa.repeat(pa.scalar(False),
                                                               changes.num_rows))
     return changes.append_column("_cdc_remove", deleted)
+
+
+def soft_deleted_rows(lake, spec) -> int | None:
+    """How many rows silver holds flagged deleted (`cdc-sql status`); None: no silver yet."""
+    path = lake.silver_path(spec.name)
+    if not lake.tables.exists(path) or DELETED not in lake.tables.schema(path).names:
+        return None
+    return lake.tables.read_arrow(path, [DELETED], where=[(DELETED, "=", True)]).num_rows

@@ -1,0 +1,184 @@
+"""Soft deletes, skipped operations and left-out columns (lake/semantics.py) against MariaDB.
+
+Triggers keep, per table, the last image of every row deleted (or moved to another key): with
+`deletes: soft` silver must hold the source's live rows plus those images of keys the source no
+longer has, flagged `_cdc_deleted`; with `skip: [delete]`, the same rows unflagged. Runs are
+killed at every fault point while writers go, on the in-process delta-rs path (a plain table)
+and the engine's MERGE (a projection with `* EXCEPT` and a WHERE, history, exclude_columns).
+"""
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cdc_sql import faults
+from cdc_sql.lake import semantics
+from cdc_sql.lake.lake import Lake
+from cdc_sql.ops.verify import verify_table
+from tests.integration.helpers import checkpoint, history_path, run, silver_path
+from tests.integration.writer import RandomWriter
+
+pytestmark = pytest.mark.integration
+
+
+def gone_triggers(table: str) -> list[str]:
+    """`gone_<table>`: the last image of every key deleted or moved away."""
+    return [f"CREATE TABLE gone_{table} (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+            f"CREATE TRIGGER {table}_ad AFTER DELETE ON {table} FOR EACH ROW "
+            f"REPLACE INTO gone_{table} VALUES (OLD.id, OLD.v, OLD.n)",
+            f"CREATE TRIGGER {table}_au AFTER UPDATE ON {table} FOR EACH ROW "
+            f"IF OLD.id <> NEW.id THEN REPLACE INTO gone_{table} VALUES (OLD.id, OLD.v, OLD.n); "
+            f"END IF"]
+
+
+def rows(engine, pipeline, name: str, columns: list[str], where: str) -> list[tuple]:
+    silver = engine.read(silver_path(pipeline, name)).where(where)
+    return sorted(tuple(r) for r in silver.select(*columns).collect())
+
+
+def run_killed_everywhere(pipeline) -> list[tuple[str, int]]:
+    """A run killed at each fault point of a batch (as test_history.py), each let finish when
+    the point is not reached."""
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
+    outcomes = []
+    for point in faults.POINTS:
+        if point.startswith("resnapshot.") or point in ("silver.first_moved", "split.written"):
+            continue
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file, "--until-caught-up"],
+            env={**env, "CDC_SQL_KILL_AT": point}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, start_new_session=True)
+        code = process.wait(timeout=300)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the binlog parser child, if left
+        except ProcessLookupError:
+            pass
+        assert code in (0, -signal.SIGKILL), process.stderr.read().decode()[-3000:]
+        outcomes.append((point, code))
+    return outcomes
+
+
+def test_soft_and_skipped_deletes_through_kills_equal_the_source(mariadb, database, engine,
+                                                                 make_pipeline):
+    setup = []
+    for table in ("a", "b", "c"):
+        setup += [f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+                  *gone_triggers(table),
+                  f"INSERT INTO {table} SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_2000"]
+    mariadb.execute(*setup, db=database)
+    pipeline = make_pipeline(f"""
+        - name: a
+          source: {database}.a
+          deletes: soft
+        - name: b
+          source: {database}.b
+          skip: [delete, truncate]
+          exclude_columns: [n]
+        - name: c
+          source: {database}.c
+          projection: SELECT * EXCEPT (n) FROM c WHERE n % 5 <> 0
+          deletes: soft
+          history: true
+        """, chunk_size=500)
+    run(pipeline, engine)  # the snapshot: every delete from here on is captured
+    writers = [RandomWriter(mariadb, database, table, 3000, seed=seed, rate=150)
+               for seed, table in enumerate(("a", "b", "c"))]
+    for writer in writers:
+        writer.start()
+    try:
+        outcomes = run_killed_everywhere(pipeline)
+    finally:
+        for writer in writers:
+            writer.stop()
+    assert sum(code == -signal.SIGKILL for _, code in outcomes) >= 4, outcomes
+    assert all(writer.committed > 50 for writer in writers)
+    run(pipeline, engine)
+
+    def source(sql: str) -> list[tuple]:
+        return sorted(tuple(r) for r in mariadb.query(sql.format(db=database)))
+
+    gone = "SELECT {cols} FROM {db}.gone_{t} g WHERE g.id NOT IN (SELECT id FROM {db}.{t})"
+    # a: deletes: soft, merged in this process
+    assert rows(engine, pipeline, "a", ["id", "v", "n"], "NOT _cdc_deleted") == \
+        source("SELECT id, v, n FROM {db}.a")
+    soft_a = source(gone.format(cols="id, v, n", db="{db}", t="a"))
+    assert soft_a and rows(engine, pipeline, "a", ["id", "v", "n"], "_cdc_deleted") == soft_a
+    assert rows(engine, pipeline, "a", ["_cdc_op"], "_cdc_deleted") == [("d",)] * len(soft_a)
+    # b: skip: [delete], no column n
+    assert "n" not in engine.read(silver_path(pipeline, "b")).columns
+    kept_b = source(gone.format(cols="id, v", db="{db}", t="b"))
+    assert kept_b and rows(engine, pipeline, "b", ["id", "v"], "TRUE") == \
+        sorted(source("SELECT id, v FROM {db}.b") + kept_b)
+    # c: deletes: soft through the engine's MERGE, with a WHERE, * EXCEPT and history
+    assert rows(engine, pipeline, "c", ["id", "v"], "NOT _cdc_deleted") == \
+        source("SELECT id, v FROM {db}.c WHERE n % 5 <> 0")
+    soft_c = source(gone.format(cols="id, v", db="{db}", t="c") + " AND g.n % 5 <> 0")
+    assert soft_c and rows(engine, pipeline, "c", ["id", "v"], "_cdc_deleted") == soft_c
+    current = sorted(tuple(r) for r in engine.read(history_path(pipeline, "c"))
+                     .where("_cdc_current").select("id", "v").collect())
+    assert current == rows(engine, pipeline, "c", ["id", "v"], "NOT _cdc_deleted")
+    # verify compares the live rows and counts what silver holds on purpose
+    state = checkpoint(engine, pipeline)
+    reports = {t.name: verify_table(engine, pipeline, t, state) for t in pipeline.tables}
+    assert all(r.equal for r in reports.values()), {n: r.summary() for n, r in reports.items()}
+    assert (reports["a"].soft_deleted, reports["c"].soft_deleted) == (len(soft_a), len(soft_c))
+    assert reports["b"].kept == len(kept_b) and "kept on purpose" in reports["b"].summary()
+    lake = Lake.open(engine, str(pipeline.root))
+    assert semantics.soft_deleted_rows(lake, pipeline.table("a")) == len(soft_a)
+    print(f"outcomes: {outcomes}; soft-deleted {len(soft_a)}/{len(soft_c)}, kept {len(kept_b)}")
+
+
+def test_truncate_flags_rows_or_is_skipped(mariadb, database, engine, make_pipeline):
+    """A TRUNCATE: with soft deletes its rows stay flagged deleted at its offset (a re-insert
+    revives its key); with skip: [truncate] nothing leaves silver. A kill after the MERGE
+    replays the window, with the same silver."""
+    from tests.integration.test_cascades import run_killed_at
+
+    mariadb.execute(*[sql for t in ("s", "k") for sql in (
+        f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(40))",
+        f"INSERT INTO {t} SELECT seq, CONCAT('v', seq) FROM seq_1_to_300")], db=database)
+    pipeline = make_pipeline(f"""
+        - name: s
+          source: {database}.s
+          deletes: soft
+        - name: k
+          source: {database}.k
+          skip: [truncate]
+        """)
+    run(pipeline, engine)
+    mariadb.execute("UPDATE s SET v = 'late' WHERE id <= 10", "TRUNCATE s", "TRUNCATE k",
+                    "INSERT INTO s VALUES (5, 'back'), (1000, 'new')",
+                    "INSERT INTO k VALUES (7000, 'new')", "DELETE FROM k WHERE id = 7000",
+                    db=database)
+    run_killed_at(pipeline, "silver.merged@1")
+    run(pipeline, engine)
+    live = rows(engine, pipeline, "s", ["id", "v"], "NOT _cdc_deleted")
+    assert live == [(5, "back"), (1000, "new")]
+    flagged = rows(engine, pipeline, "s", ["id", "v", "_cdc_op"], "_cdc_deleted")
+    assert len(flagged) == 299 and (1, "late", "d") in flagged and (20, "v20", "d") in flagged
+    assert len({r["_cdc_offset"] for r in engine.read(silver_path(pipeline, "s"))
+                .where("_cdc_deleted").collect()}) == 1  # the TRUNCATE's offset
+    assert rows(engine, pipeline, "k", ["id", "v"], "TRUE") == \
+        [(i, f"v{i}") for i in range(1, 301)]  # nothing left: the delete of 7000 applies
+    state = checkpoint(engine, pipeline)
+    report = verify_table(engine, pipeline, pipeline.table("k"), state)
+    assert report.equal and report.kept == 300, report.summary()
+    report = verify_table(engine, pipeline, pipeline.table("s"), state)
+    assert report.equal and report.soft_deleted == 299, report.summary()
+
+
+def test_a_pattern_source_leaves_out_what_exclude_matches(mariadb, database, engine,
+                                                          make_pipeline):
+    mariadb.execute(*[sql for t in ("orders_1", "orders_2", "orders_archive") for sql in (
+        f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(40))",
+        f"INSERT INTO {t} VALUES (1, '{t}')")], db=database)
+    pipeline = make_pipeline(f"""
+        - name: orders
+          source: {database}\\.orders_.*
+          exclude: {database}\\.orders_archive
+        """)
+    run(pipeline, engine)
+    assert rows(engine, pipeline, "orders", ["_cdc_source_table", "v"], "TRUE") == [
+        (f"{database}.orders_1", "orders_1"), (f"{database}.orders_2", "orders_2")]
