@@ -107,12 +107,18 @@ def applies_truncate(spec) -> bool:
     return not skips(spec, "truncate")
 
 
-def truncate_updates(spec, removed_at: str, removed_ts: str) -> dict | None:
-    """What a TRUNCATE does to the rows it removed, with soft deletes: they are flagged
-    deleted at its offset (None: they are deleted)."""
+def remove_rows(lake, spec, path: str, removed_at: str, removed_ts, where: list) -> None:
+    """Silver rows a TRUNCATE (or a partition's removal) took away, matching `where`: deleted,
+    or, with soft deletes, flagged deleted at its offset and time (a replay finds them past
+    that offset, and changes nothing)."""
     if not soft(spec):
-        return None
-    return {DELETED: True, "_cdc_op": "d", "_cdc_offset": removed_at, "_cdc_ts": removed_ts}
+        lake.tables.delete_rows(path, where)
+        return
+    updates = {DELETED: True, "_cdc_op": "d", "_cdc_offset": removed_at,
+               "_cdc_ts": removed_ts.strftime("%Y-%m-%d %H:%M:%S.%f")}
+    for flag in (False, None):  # NULL: rows from before soft deletes were turned on
+        lake.tables.update_rows(path, updates,
+                                [*where, (DELETED, "=" if flag is False else "IS", flag)])
 
 
 def arrow_changes(spec, changes: pa.Table) -> pa.Table:

@@ -841,8 +841,9 @@ def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
         for removed_at, removed_ts, where in removals:
             Offset.parse(removed_at)  # ours, as written by capture
             conditions = [(column, op, value) for column, op, value in where]
-            _remove_rows(lake, plan, removed_at, removed_ts,
-                         [("_cdc_offset", "<", removed_at), *conditions, *shard])
+            semantics.remove_rows(lake, plan.spec, lake.silver_path(plan.spec.name),  # hook
+                                  removed_at, removed_ts,
+                                  [("_cdc_offset", "<", removed_at), *conditions, *shard])
             if plan.spec.history:
                 lake.tables.update_rows(
                     lake.history_path(plan.spec.name),
@@ -850,20 +851,6 @@ def apply_truncates(lake, plan: SilverPlan, facts: Facts) -> None:
                      "_cdc_valid_to_ts": removed_ts.strftime("%Y-%m-%d %H:%M:%S.%f")},
                     [("_cdc_current", "=", True), ("_cdc_valid_from", "<", removed_at),
                      *conditions, *shard])
-
-
-def _remove_rows(lake, plan: SilverPlan, removed_at: str, removed_ts, where: list) -> None:
-    """Rows a TRUNCATE removed leave silver, or, with soft deletes, stay flagged deleted at its
-    offset (semantics.truncate_updates; a replay finds them past it and changes nothing)."""
-    path = lake.silver_path(plan.spec.name)
-    updates = semantics.truncate_updates(plan.spec, removed_at,
-                                         removed_ts.strftime("%Y-%m-%d %H:%M:%S.%f"))
-    if updates is None:
-        lake.tables.delete_rows(path, where)
-        return
-    for flag in (False, None):  # NULL: rows from before soft deletes were turned on
-        lake.tables.update_rows(path, updates,
-                                [*where, (semantics.DELETED, "=" if flag is False else "IS", flag)])
 
 
 def evolve(lake, path: str, plan: SilverPlan, changes_schema,
