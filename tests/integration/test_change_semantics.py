@@ -6,10 +6,7 @@ longer has, flagged `_cdc_deleted`; with `skip: [delete]`, the same rows unflagg
 killed at every fault point while writers go, on the in-process delta-rs path (a plain table)
 and the engine's MERGE (a projection with `* EXCEPT` and a WHERE, history, exclude_columns).
 """
-import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -17,7 +14,7 @@ from cdc_sql import faults
 from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.ops.verify import verify_table
-from tests.integration.helpers import checkpoint, history_path, run, silver_path
+from tests.integration.helpers import checkpoint, history_path, run, runs_killed_at, silver_path
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -36,28 +33,6 @@ def gone_triggers(table: str) -> list[str]:
 def rows(engine, pipeline, name: str, columns: list[str], where: str) -> list[tuple]:
     silver = engine.read(silver_path(pipeline, name)).where(where)
     return sorted(tuple(r) for r in silver.select(*columns).collect())
-
-
-def run_killed_everywhere(pipeline) -> list[tuple[str, int]]:
-    """A run killed at each fault point of a batch (as test_history.py), each let finish when
-    the point is not reached."""
-    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
-    outcomes = []
-    for point in faults.POINTS:
-        if point.startswith("resnapshot.") or point in ("silver.first_moved", "split.written"):
-            continue
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file, "--until-caught-up"],
-            env={**env, "CDC_SQL_KILL_AT": point}, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, start_new_session=True)
-        code = process.wait(timeout=300)
-        try:
-            os.killpg(process.pid, signal.SIGKILL)  # the binlog parser child, if left
-        except ProcessLookupError:
-            pass
-        assert code in (0, -signal.SIGKILL), process.stderr.read().decode()[-3000:]
-        outcomes.append((point, code))
-    return outcomes
 
 
 def test_soft_and_skipped_deletes_through_kills_equal_the_source(mariadb, database, engine,
@@ -88,7 +63,9 @@ def test_soft_and_skipped_deletes_through_kills_equal_the_source(mariadb, databa
     for writer in writers:
         writer.start()
     try:
-        outcomes = run_killed_everywhere(pipeline)
+        outcomes = runs_killed_at(pipeline, [  # each fault point of a batch
+            p for p in faults.POINTS if not p.startswith("resnapshot.") and
+            p not in ("silver.first_moved", "split.written")])
     finally:
         for writer in writers:
             writer.stop()
@@ -130,24 +107,30 @@ def test_soft_and_skipped_deletes_through_kills_equal_the_source(mariadb, databa
     print(f"outcomes: {outcomes}; soft-deleted {len(soft_a)}/{len(soft_c)}, kept {len(kept_b)}")
 
 
-def test_truncate_flags_rows_or_is_skipped(mariadb, database, engine, make_pipeline):
-    """A TRUNCATE: with soft deletes its rows stay flagged deleted at its offset (a re-insert
-    revives its key); with skip: [truncate] nothing leaves silver. A kill after the MERGE
-    replays the window, with the same silver."""
-    from tests.integration.test_cascades import run_killed_at
-
+def soft_and_skipping(mariadb, database, engine, make_pipeline, n: int, skipped: str):
+    """Tables s (deletes: soft) and k (skip: [skipped]) of rows (id, 'v<id>') 1..n, merged."""
     mariadb.execute(*[sql for t in ("s", "k") for sql in (
         f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(40))",
-        f"INSERT INTO {t} SELECT seq, CONCAT('v', seq) FROM seq_1_to_300")], db=database)
+        f"INSERT INTO {t} SELECT seq, CONCAT('v', seq) FROM seq_1_to_{n}")], db=database)
     pipeline = make_pipeline(f"""
         - name: s
           source: {database}.s
           deletes: soft
         - name: k
           source: {database}.k
-          skip: [truncate]
+          skip: [{skipped}]
         """)
     run(pipeline, engine)
+    return pipeline
+
+
+def test_truncate_flags_rows_or_is_skipped(mariadb, database, engine, make_pipeline):
+    """A TRUNCATE: with soft deletes its rows stay flagged deleted at its offset (a re-insert
+    revives its key); with skip: [truncate] nothing leaves silver. A kill after the MERGE
+    replays the window, with the same silver."""
+    from tests.integration.test_cascades import run_killed_at
+
+    pipeline = soft_and_skipping(mariadb, database, engine, make_pipeline, 300, "truncate")
     mariadb.execute("UPDATE s SET v = 'late' WHERE id <= 10", "TRUNCATE s", "TRUNCATE k",
                     "INSERT INTO s VALUES (5, 'back'), (1000, 'new')",
                     "INSERT INTO k VALUES (7000, 'new')", "DELETE FROM k WHERE id = 7000",
@@ -252,18 +235,7 @@ def test_a_resnapshot_flags_or_keeps_rows_it_no_longer_finds(mariadb, database, 
     from tests.integration.test_cascades import run_killed_at
     from tests.integration.test_resnapshot import cli
 
-    mariadb.execute(*[sql for t in ("s", "k") for sql in (
-        f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(20))",
-        f"INSERT INTO {t} SELECT seq, 'v' FROM seq_1_to_100")], db=database)
-    pipeline = make_pipeline(f"""
-        - name: s
-          source: {database}.s
-          deletes: soft
-        - name: k
-          source: {database}.k
-          skip: [delete]
-        """)
-    run(pipeline, engine)
+    pipeline = soft_and_skipping(mariadb, database, engine, make_pipeline, 100, "delete")
     mariadb.execute("SET SESSION sql_log_bin = 0", "DELETE FROM s WHERE id <= 10",
                     "DELETE FROM k WHERE id <= 10", "SET SESSION sql_log_bin = 1",
                     "UPDATE s SET v = 'w' WHERE id = 50", "DELETE FROM s WHERE id = 60",
@@ -272,7 +244,8 @@ def test_a_resnapshot_flags_or_keeps_rows_it_no_longer_finds(mariadb, database, 
     run_killed_at(pipeline, "silver.merged@2")
     run(pipeline, engine)
     flagged = rows(engine, pipeline, "s", ["id", "v"], "_cdc_deleted")
-    assert flagged == [(i, "v") for i in [*range(1, 11), 60]]
+    assert flagged == [(i, f"v{i}") for i in [*range(1, 11), 60]]
     assert rows(engine, pipeline, "s", ["id", "v"], "NOT _cdc_deleted") == \
         sorted(tuple(r) for r in mariadb.query(f"SELECT * FROM {database}.s"))
-    assert rows(engine, pipeline, "k", ["id", "v"], "TRUE") == [(i, "v") for i in range(1, 101)]
+    assert rows(engine, pipeline, "k", ["id", "v"], "TRUE") == \
+        [(i, f"v{i}") for i in range(1, 101)]
