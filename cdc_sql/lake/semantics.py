@@ -12,8 +12,8 @@ a delete is no candidate at all, so the key keeps its last image; a TRUNCATE, or
 TRUNCATE or DROP, removes nothing. History follows silver's candidates: soft deletes end a
 version as hard ones do; skipped deletes never end one.
 
-These functions decide; silver.py, small_merge.py and verify.py call them (docs/operations.md,
-"Soft deletes and skipped operations").
+These functions decide; silver.py, small_merge.py, verify.py and status call them
+(docs/operations.md, "Soft deletes, skipped operations, left-out columns").
 """
 from __future__ import annotations
 
@@ -21,8 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 DELETED = "_cdc_deleted"
-SKIPPABLE = ("delete", "truncate")
-DELETE_MODES = ("hard", "soft")
 
 
 def soft(spec) -> bool:
