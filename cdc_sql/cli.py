@@ -17,6 +17,7 @@ from cdc_sql import engine
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError, redacted
+from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import (cascade_parents, cascade_warnings, silver_plans,
@@ -391,11 +392,14 @@ def _status(args) -> int:
     pipeline = _load(args)
     engine = _engine(args, pipeline)
     try:
-        checkpoint = State(Lake.open(engine, pipeline.root)).load()
+        lake = Lake.open(engine, pipeline.root)
+        checkpoint = State(lake).load()
+        soft_deleted = {spec.name: semantics.soft_deleted_rows(lake, spec)
+                        for spec in pipeline.tables if semantics.soft(spec)}
     finally:
         engine.stop()
     end, logs = status.source_binlog(pipeline)
-    report = status.report(pipeline, checkpoint, end, logs)
+    report = status.report(pipeline, checkpoint, end, logs, soft_deleted=soft_deleted)
     print(json.dumps(report, indent=2) if args.json else status.render(report))
     return 0
 

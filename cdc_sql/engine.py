@@ -34,6 +34,9 @@ SESSION_CONF = {"spark.sql.session.timeZone": "UTC", "spark.sql.variable.substit
 MODES = ENGINE_MODES  # the one list, in the config model
 
 
+_BOOTING = threading.Lock()  # an engine that starts on first use starts once
+
+
 @dataclass
 class Engine:
     """A Spark session and what the engine behind it can do; table operations that are not
@@ -54,9 +57,13 @@ class Engine:
 
     @property
     def spark(self):
-        """The session: started now if nobody prepared it, waited for if it is starting."""
+        """The session: started now if nobody prepared it, waited for if it is starting.
+        Once: two tables' merges reaching for it at once started two servers, and the one
+        whose server was dropped retried its connection for ten minutes."""
         if self.session is None:
-            self.session = self._boot()
+            with _BOOTING:
+                if self.session is None:
+                    self.session = self._boot()
         elif isinstance(self.session, Future):
             self.session = self.session.result()
         return self.session

@@ -58,7 +58,9 @@ def _property(hint: Any, rules: dict, path: str, required: bool = False) -> dict
     not_empty = {"minItems": 1} if required else {}
     if typing.get_origin(hint) is list:
         (item,) = typing.get_args(hint)
-        return {**doc, "type": "array", "items": _property(item, {}, f"{path}[]"), **not_empty}
+        items = {"choices": rules["item_choices"]} if "item_choices" in rules else {}
+        return {**doc, "type": "array", "items": _property(item, items, f"{path}[]"),
+                **not_empty}
     if hasattr(hint, "__dataclass_fields__"):
         return {**_object(hint, path), **doc}
     if hint is str:

@@ -19,6 +19,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sqlglot import exp
+
 from cdc_sql.config.loader import Document, read_document
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.config.startup import check_startup
@@ -158,6 +160,19 @@ class Table:
     primary_key: list[str] = _key("key columns, for tables without a primary key", [])
     history: bool = _key("also keep <name>_history: every version of every row (SCD type 2: "
                          "valid_from/valid_to offsets and commit times, a current flag)", False)
+    exclude: str = _key("for a regular-expression source: a regular expression of whole "
+                        "db.table names it leaves out (archives, copies)", "")
+    exclude_columns: list[str] = _key("source columns `*` leaves out of silver (a wide table "
+                                      "minus its PII columns); never a key column. A "
+                                      "projection can say it too: SELECT * EXCEPT (a, b)", [])
+    deletes: str = _key("hard: a deleted row leaves silver; soft: it stays, its last image "
+                        "with _cdc_deleted = true at the delete's _cdc_offset/_cdc_ts, and an "
+                        "insert of its key revives it (history is the same either way)",
+                        "hard", choices=("hard", "soft"))
+    skip: list[str] = _key("operations kept out of silver (bronze still holds them): delete "
+                           "(a deleted row stays as it was), truncate (a TRUNCATE, or a "
+                           "partition TRUNCATE or DROP, removes nothing); Debezium's "
+                           "skipped.operations", [], item_choices=("delete", "truncate"))
     key_unique_across_shards: bool = _key("for a regex source: the key alone identifies a row "
                                           "across shards (else the key includes "
                                           "_cdc_source_table); a row moves between shards by a "
@@ -180,7 +195,8 @@ class Table:
         if literal is not None:
             return literal == (db.lower(), table.lower())
         return source_pattern(self.source).fullmatch(f"{db}.{table}") is not None and \
-            not SHADOW_TABLE.fullmatch(table)
+            not SHADOW_TABLE.fullmatch(table) and \
+            not (self.exclude and source_pattern(self.exclude).fullmatch(f"{db}.{table}"))
 
     @functools.cached_property
     def _literal_key(self) -> tuple[str, str] | None:
@@ -379,6 +395,39 @@ def _check_tables(pipeline: Pipeline, doc: Document) -> None:
                 parse_projection(table.projection, table)
             except ConfigError as exc:
                 raise doc.error(exc.detail, f"{path}.projection") from None
+        _check_semantics(table, path, doc)
+
+
+def _check_semantics(table: Table, path: str, doc: Document) -> None:
+    """exclude, exclude_columns, deletes and skip: what can be checked without the source."""
+    if table.exclude:
+        if not table.is_pattern:
+            raise doc.error("`exclude` is for a regular-expression source; this source names "
+                            "one table (remove `exclude`)", f"{path}.exclude")
+        try:
+            source_pattern(table.exclude)
+        except re.error as exc:
+            raise doc.error(f"`{table.exclude}` is not a valid regular expression ({exc})",
+                            f"{path}.exclude") from None
+    for n, operation in enumerate(table.skip):
+        if operation in table.skip[:n]:
+            raise doc.error(f"`{operation}` is listed twice", f"{path}.skip[{n}]")
+    if table.deletes == "soft" and "delete" in table.skip:
+        raise doc.error("`deletes: soft` keeps deleted rows flagged, `skip: [delete]` keeps them "
+                        "unflagged: choose one", f"{path}.deletes")
+    seen: set[str] = set()
+    for n, column in enumerate(table.exclude_columns):
+        if column.lower() in seen:
+            raise doc.error(f"`{column}` is listed twice", f"{path}.exclude_columns[{n}]")
+        seen.add(column.lower())
+        if column.lower() in {k.lower() for k in table.primary_key}:
+            raise doc.error(f"`{column}` is a key column (primary_key): silver rows are matched "
+                            f"by it, so it cannot be left out", f"{path}.exclude_columns[{n}]")
+    if table.exclude_columns and table.projection and \
+            not parse_projection(table.projection, table).find(exp.Star):
+        raise doc.error("exclude_columns leaves columns out of `*`, and the projection has no "
+                        "`*`: leave the columns out of its list instead",
+                        f"{path}.exclude_columns")
 
 
 def _build(cls: type, values: Any, path: str, doc: Document) -> Any:
@@ -423,7 +472,9 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
         (item_hint,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise doc.error(f"expected a list, got {_kind(value)}", path)
-        return [_convert(item_hint, item, {}, f"{path}[{i}]", doc) for i, item in enumerate(value)]
+        item_rules = {"choices": rules["item_choices"]} if "item_choices" in rules else {}
+        return [_convert(item_hint, item, item_rules, f"{path}[{i}]", doc)
+                for i, item in enumerate(value)]
     if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
         return _build(hint, value, path, doc)
     if isinstance(hint, types.UnionType):

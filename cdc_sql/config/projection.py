@@ -136,6 +136,8 @@ def parse_projection(sql: str, table) -> exp.Select:
     if parts and from_.this.name.lower() != parts[1].lower():
         raise ConfigError(f"FROM names `{from_.this.name}`, but the source table is `{parts[1]}` "
                           f"(write FROM {parts[1]})")
+    for star in tree.find_all(exp.Star):
+        _check_clauses(star, {"except_", "except"})
     for node in tree.find_all(exp.AggFunc):
         raise ConfigError(f"aggregate `{node.sql()}` is not allowed: a projection maps one row to one row")
     for node in tree.find_all(exp.Window):
@@ -224,7 +226,7 @@ def resolve_projection(table, columns: list[str], key: list[str]) -> Projection:
     key_names: dict[str, str] = {}
     for item in tree.expressions:
         if isinstance(item, exp.Star):
-            for column in columns:
+            for column in star_columns(table, item, columns, key):
                 output.append((quote(column), column))
                 key_names.setdefault(column, column)
             continue
@@ -259,6 +261,25 @@ def resolve_projection(table, columns: list[str], key: list[str]) -> Projection:
         where=_to_spark(where.this, by_lower) if where is not None else None,
         key=tuple(key_names[k] for k in key),
     )
+
+
+def star_columns(table, star: exp.Star, columns: list[str], key: list[str]) -> list[str]:
+    """The source columns `*` stands for: all but those `EXCEPT (...)` and the table's
+    `exclude_columns` leave out, each of which must exist and none be a key column."""
+    by_lower = {c.lower(): c for c in columns}
+    left_out = [(c.name, "EXCEPT") for c in star.args.get("except_") or []] + \
+        [(name, "exclude_columns") for name in getattr(table, "exclude_columns", [])]
+    for name, where in left_out:
+        path = "exclude_columns" if where == "exclude_columns" else None
+        if name.lower() not in by_lower:
+            raise ConfigError(f"{where} names `{name}`, which the source table does not have "
+                              f"(its columns: {', '.join(columns)})", path=path)
+        if by_lower[name.lower()] in key:
+            raise ConfigError(f"{where} leaves out the key column `{name}`: silver rows are "
+                              f"matched by it (keep every key column: {', '.join(key)})",
+                              path=path)
+    gone = {name.lower() for name, _ in left_out}
+    return [c for c in columns if c.lower() not in gone]
 
 
 def _to_spark(node: exp.Expression, by_lower: dict[str, str]) -> str:

@@ -127,11 +127,13 @@ def snapshot_image(schema: pa.Schema, batch: pa.RecordBatch, offset: pa.Array,
                    read_at: pa.Array) -> pa.RecordBatch:
     """Snapshot rows in silver's columns (small_merge.silver_schema): the source's values
     (the batch's first columns), then the offset they are placed at (their split's
-    watermark), `r`, and when they were read (snapshot_images.sql)."""
-    values = len(schema) - 3
+    watermark), `r`, and when they were read (snapshot_images.sql); with soft deletes, not
+    deleted."""
+    meta = {"_cdc_offset": offset, "_cdc_op": pa.repeat(pa.scalar("r"), batch.num_rows),
+            "_cdc_ts": read_at, "_cdc_deleted": pa.repeat(pa.scalar(False), batch.num_rows)}
+    values = schema.get_field_index("_cdc_offset")  # the source's columns come first
     return pa.RecordBatch.from_arrays(
-        [*batch.columns[:values], offset, pa.repeat(pa.scalar("r"), batch.num_rows), read_at],
-        schema=schema)
+        [*batch.columns[:values], *(meta[name] for name in schema.names[values:])], schema=schema)
 
 
 def agreeing(manifests: dict[str, dict | None], splits: Iterable[tuple[int, str, str]],

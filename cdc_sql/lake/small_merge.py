@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_sql import faults
-from cdc_sql.lake import first_version
+from cdc_sql.lake import first_version, semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
@@ -185,15 +185,16 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
                 silver_bytes):
         return "past the memory budget (by bronze's and silver's file sizes)"
     started = time.perf_counter()
+    extra = semantics.extra_columns(plan.spec)
     changes = lake.tables.read_arrow(
-        changes_path, list(plan.columns),
+        changes_path, [c for c in plan.columns if c not in extra],
         where=[("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto)])
     if not fits(changes.nbytes, silver_bytes):
         return f"past the memory budget ({changes.num_rows} changes)"
     if changes.num_rows == 0:
         return None
     read = time.perf_counter()
-    changes = changes.append_column("_cdc_remove", pc.equal(changes["_cdc_op"], "d"))
+    changes = semantics.arrow_changes(plan.spec, changes)  # hook: change semantics
     last = last_change_per_key(changes, list(plan.key))
     faults.point("silver.staged")
     picked = time.perf_counter()
@@ -209,7 +210,8 @@ def silver_schema(plan) -> pa.Schema:
     with bronze's types (all nullable, as an engine creates them)."""
     meta = dict(META_COLUMNS)
     return pa.schema(list(plan.sources[0].arrow_schema) +
-                     [pa.field(name, meta[name]) for name in plan.columns if name in meta])
+                     [pa.field(name, meta[name]) for name in plan.columns if name in meta] +
+                     semantics.extra_fields(plan.spec))  # hook: change semantics
 
 
 def snapshot_rows(lake: Lake, source, window: Window,

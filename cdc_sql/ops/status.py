@@ -60,8 +60,9 @@ def lag_seconds(behind: int | None, source_time: str | None, now: dt.datetime) -
 
 
 def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int]],
-           now: dt.datetime | None = None) -> dict:
-    """The status as JSON-ready values; `end`/`logs` None/[] when the source was not reached."""
+           now: dt.datetime | None = None, soft_deleted: dict | None = None) -> dict:
+    """The status as JSON-ready values; `end`/`logs` None/[] when the source was not reached;
+    `soft_deleted`: per table with soft deletes, its rows flagged deleted (when read)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     capture = checkpoint.capture
     position = capture.position if capture else None
@@ -104,6 +105,9 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
             "source_time": source_time,
             "lag_bytes": behind,
             "lag_seconds": lag_seconds(behind, source_time, now),
+            "deletes": spec.deletes,
+            "skip": list(spec.skip),
+            "soft_deleted_rows": (soft_deleted or {}).get(spec.name),
         })
     return out
 
@@ -134,6 +138,7 @@ def render(status: dict) -> str:
         lines.append(f"XA transaction {xid}: prepared at {start}, held back until its XA "
                      f"COMMIT (silver gets its rows then, none if it rolls back)")
     for t in status["tables"]:
+        lines += _semantics(t)
         if t.get("resnapshot"):
             lines.append(f"{t['name']}: re-snapshot since {t['resnapshot']['since']} "
                          f"({t['resnapshot']['reason']}); silver stays as it is until it is "
@@ -143,6 +148,20 @@ def render(status: dict) -> str:
         lines.append(f"last run {last['run_id']} at {last['started_at']}: {last['outcome']} "
                      f"({last['seconds']}s)" + (f": {last['error']}" if last.get("error") else ""))
     return "\n".join(lines)
+
+
+def _semantics(table: dict) -> list[str]:
+    """What silver holds beside the source's live rows, on purpose (lake/semantics.py)."""
+    lines = []
+    if table.get("deletes") == "soft":
+        count = table.get("soft_deleted_rows")
+        lines.append(f"{table['name']}: soft deletes, "
+                     f"{'?' if count is None else format(count, ',')} rows flagged "
+                     f"_cdc_deleted (verify compares the live rows)")
+    if table.get("skip"):
+        lines.append(f"{table['name']}: skips {', '.join(table['skip'])}: rows they removed at "
+                     f"the source stay in silver (verify counts them as kept)")
+    return lines
 
 
 def _bytes(n: int | None) -> str:

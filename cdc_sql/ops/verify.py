@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from cdc_sql.ops.checksum import (FLOAT32_EPSILON, Buckets, Output, mysql_float, mysql_summary,
                               mysql_text, same, spark_float, spark_summary, spark_text)
 from cdc_sql.config.model import Pipeline, Table
-from cdc_sql.config.projection import parse_projection
+from cdc_sql.config.projection import parse_projection, star_columns
+from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan, plan_silver, without_new_columns
 from cdc_sql.source import mysql
@@ -42,6 +43,8 @@ class TableReport:
     silver_rows: int = 0
     differing: list[str] = field(default_factory=list)   # e.g. "shop.orders split 3"
     details: list[str] = field(default_factory=list)     # the differing keys, per bucket
+    soft_deleted: int = 0   # silver rows flagged deleted (deletes: soft), not compared
+    kept: int = 0           # silver rows whose source row is gone, kept on purpose (skip)
 
     @property
     def equal(self) -> bool:
@@ -50,10 +53,17 @@ class TableReport:
     def summary(self) -> str:
         if self.equal:
             return (f"equal to the source ({self.source_rows:,} rows in {self.buckets} "
-                    f"checksummed buckets)")
+                    f"checksummed buckets){self._beside()}")
         return (f"{len(self.differing)} of {self.buckets} buckets differ "
-                f"({self.source_rows:,} source rows, {self.silver_rows:,} silver rows): " +
-                " | ".join(self.details))
+                f"({self.source_rows:,} source rows, {self.silver_rows:,} silver rows"
+                f"{self._beside()}): " + " | ".join(self.details))
+
+    def _beside(self) -> str:
+        """The rows silver holds on purpose beside the source's (lake/semantics.py)."""
+        parts = [f"{self.soft_deleted:,} soft-deleted rows"] if self.soft_deleted else []
+        if self.kept:
+            parts.append(f"{self.kept:,} rows kept on purpose (skip: the source removed them)")
+        return "; " + ", ".join(parts) if parts else ""
 
 
 def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableReport:
@@ -90,7 +100,12 @@ def _verify_source(lake: Lake, pipeline, plan: SilverPlan, source: SourceTable, 
     escape = cur.connection.escape
     cur.execute(mysql_summary(rows_sql, outputs, buckets, escape))
     expected = {row[0]: tuple(row[1:]) for row in cur.fetchall()}
-    silver_sql = _silver_rows_sql(lake, plan)
+    silver_sql = _silver_rows_sql(lake, plan, types)
+    if semantics.DELETED in types:
+        report.soft_deleted += engine.sql(
+            f"SELECT COUNT(*) FROM ({_silver_rows_sql(lake, plan)}) AS cdc_rows "
+            f"WHERE NOT ({semantics.live(types)})",
+            {"source_table": source.qualified}).collect()[0][0]
     sql, args = spark_summary(silver_sql, outputs, buckets)
     args["source_table"] = source.qualified
     actual = {row[0]: tuple(row[1:]) for row in engine.sql(sql, args).collect()}
@@ -102,11 +117,21 @@ def _verify_source(lake: Lake, pipeline, plan: SilverPlan, source: SourceTable, 
         if same(expected.get(bucket, empty), actual.get(bucket, empty)):
             continue
         label = f"{source.qualified} {buckets.label} {bucket}"
+        keeps = semantics.keeps_rows(plan.spec)
+        if not keeps and len(report.details) >= MAX_SHOWN:  # enough shown: no rows read
+            report.differing.append(label)
+            continue
+        want, have, describe = _bucket_rows(engine, plan, outputs, buckets, bucket, rows_sql,
+                                            silver_sql, source.qualified, cur)
+        if keeps:  # rows whose source row is gone: kept on purpose (skip)
+            report.kept += sum(len(rows) for k, rows in have.items() if k not in want)
+            have = {k: rows for k, rows in have.items() if k in want}
+            if describe(want, have) is None:
+                continue
         report.differing.append(label)
         if len(report.details) < MAX_SHOWN:
-            report.details.append(f"{label}: " + _bucket_diff(
-                engine, plan, outputs, buckets, bucket, rows_sql, silver_sql,
-                source.qualified, cur))
+            report.details.append(f"{label}: " + (describe(want, have) or (
+                "the checksums differ, but every row reads back equal (report this as a bug)")))
 
 
 def _source(pipeline):
@@ -114,18 +139,21 @@ def _source(pipeline):
     return mysql.read_only_cursor(pipeline.source, pipeline.source.verify_timeout_seconds)
 
 
-def _silver_rows_sql(lake: Lake, plan: SilverPlan) -> str:
-    """Silver's rows; of one shard (`:source_table`) when sharded."""
+def _silver_rows_sql(lake: Lake, plan: SilverPlan, columns=()) -> str:
+    """Silver's rows; of one shard (`:source_table`) when sharded; only the live ones when
+    `columns` (silver's) hold soft deletes' flag."""
     ref = table_ref(lake.silver_path(plan.spec.name))
-    return f"SELECT * FROM {ref}" + (" WHERE _cdc_source_table = :source_table"
-                                     if plan.sharded else "")
+    where = [semantics.live(columns)] if semantics.DELETED in columns else []
+    where += ["_cdc_source_table = :source_table"] if plan.sharded else []
+    return f"SELECT * FROM {ref}" + (f" WHERE {' AND '.join(where)}" if where else "")
 
 
-def _bucket_diff(engine, plan, outputs: list[Output], buckets: Buckets, bucket: int,
-                 rows_sql: str, silver_sql: str, source: str, cur) -> str:
-    """The rows of one differing bucket, compared by the same canonical texts the checksums
-    hash (floats by value, within their rounding): missing, extra and changed keys, with the
-    column and each side's value."""
+def _bucket_rows(engine, plan, outputs: list[Output], buckets: Buckets, bucket: int,
+                 rows_sql: str, silver_sql: str, source: str, cur):
+    """The rows of one differing bucket by key on each side, by the same canonical texts the
+    checksums hash, and how to describe their differences (floats by value, within their
+    rounding): missing, extra and changed keys, with the column and each side's value (None
+    when there are none)."""
     key = [o for o in outputs if o.name in plan.projection.key]
     texts = [o for o in outputs if not o.is_float]
     floats = [o for o in outputs if o.is_float]
@@ -140,8 +168,8 @@ def _bucket_diff(engine, plan, outputs: list[Output], buckets: Buckets, bucket: 
         f"WHERE {condition} = {int(bucket)}", {**args, "source_table": source}).collect()
     have = _by_key([tuple(r) for r in rows], len(key))
     names = [o.name for o in texts] + [o.name for o in floats]
-    return describe_rows(want, have, [o.name for o in key], names,
-                         {o.name: o.spark_type for o in floats})
+    return want, have, lambda want, have: describe_rows(
+        want, have, [o.name for o in key], names, {o.name: o.spark_type for o in floats})
 
 
 def _by_key(rows, width: int) -> dict[tuple, list[tuple]]:
@@ -152,8 +180,9 @@ def _by_key(rows, width: int) -> dict[tuple, list[tuple]]:
 
 
 def describe_rows(want: dict, have: dict, key: list[str], names: list[str],
-                  float_types: dict[str, str]) -> str:
-    """Missing, extra and changed keys of one bucket, each side's value on its own side."""
+                  float_types: dict[str, str]) -> str | None:
+    """Missing, extra and changed keys of one bucket, each side's value on its own side (None:
+    the rows are equal)."""
     missing = [k for k in want if k not in have]
     extra = [k for k in have if k not in want]
     changed = []
@@ -161,7 +190,7 @@ def describe_rows(want: dict, have: dict, key: list[str], names: list[str],
         if k in have and not _same_rows(want[k], have[k], names, float_types):
             changed.append(k)
     if not (missing or extra or changed):
-        return "the checksums differ, but every row reads back equal (report this as a bug)"
+        return None
     shown = lambda keys: ", ".join(_key_text(k) for k in keys[:MAX_SHOWN]) + (  # noqa: E731
         " ..." if len(keys) > MAX_SHOWN else "")
     parts = [f"{sum(map(len, want.values()))} source rows, {sum(map(len, have.values()))} "
@@ -230,7 +259,8 @@ def compare_table(engine, pipeline: Pipeline, table: Table) -> str:
                 expected.append(values + ([source.qualified] if plan.sharded else []))
     names = [name for _, name in plan.projection.columns] + (
         ["_cdc_source_table"] if plan.sharded else [])
-    silver = engine.read(path).select(*names)
+    silver = engine.read(path)
+    silver = silver.where(semantics.live(silver.columns)).select(*names)
     float_columns = {f.name for f in silver.schema.fields if f.dataType.typeName() == "float"}
     silver_rows = [[row[n] for n in names] for row in silver.toArrow().to_pylist()]
     return _diff(names, expected, silver_rows, float_columns, plan.row_key)
@@ -240,13 +270,16 @@ def _source_query(table: Table, source, names: list[str]) -> tuple[str, list]:
     """The projection as MySQL over `db.table`, each output named as in silver, and the source
     column of each bare output."""
     tree = parse_projection(table.projection or "SELECT * FROM t", None).copy()
+    key = list(source.key)
     tree.set("from_", exp.From(this=exp.table_(source.name, db=source.db, quoted=True)))
     items, columns = [], []
     by_lower = {c.name.lower(): c for c in source.columns}
     for item in tree.expressions:
         if isinstance(item, exp.Star):
-            items += [_exact(exp.column(c.name, quoted=True), c) for c in source.columns]
-            columns += list(source.columns)
+            kept = star_columns(table, item, [c.name for c in source.columns], key)
+            chosen = [c for c in source.columns if c.name in kept]
+            items += [_exact(exp.column(c.name, quoted=True), c) for c in chosen]
+            columns += chosen
             continue
         inner = item.this if isinstance(item, exp.Alias) else item
         column = by_lower.get(inner.name.lower()) if isinstance(inner, exp.Column) else None
@@ -299,4 +332,5 @@ def _diff(names, expected, actual, float_columns, key) -> str:
                           for r in rows]
     return describe_rows({k: strip(v) for k, v in want.items()},
                          {k: strip(v) for k, v in have.items()}, list(key), values,
-                         {n: "double" for n in values if n in float_columns} if width else {})
+                         {n: "double" for n in values if n in float_columns} if width else {}) \
+        or ""

@@ -8,4 +8,4 @@ SELECT
   :source_table AS _cdc_source_table,
   FALSE AS _cdc_deleted,
   CAST(NULL AS STRING) AS _cdc_attempt
-FROM {{ silver }}
+FROM {{ silver }}{{ live }}

@@ -72,3 +72,28 @@ def resnapshot_and_run(engine, pipeline, name: str, mariadb, source_sql: str) ->
                    capture_output=True, timeout=120)
     run(pipeline, engine)
     assert_silver_equals(engine, pipeline, name, mariadb, source_sql)
+
+
+def runs_killed_at(pipeline, points: list[str]) -> list[tuple[str, int]]:
+    """`cdc-sql run --until-caught-up` once per fault point (cdc_sql/faults.py), each killed
+    there or let finish when the point is not reached: (point, exit code) of each."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
+    outcomes = []
+    for point in points:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file, "--until-caught-up"],
+            env={**env, "CDC_SQL_KILL_AT": point}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, start_new_session=True)
+        code = process.wait(timeout=300)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the binlog parser child, if left
+        except ProcessLookupError:
+            pass
+        assert code in (0, -signal.SIGKILL), process.stderr.read().decode()[-3000:]
+        outcomes.append((point, code))
+    return outcomes

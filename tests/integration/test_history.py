@@ -7,14 +7,13 @@ trail, and its current rows must equal silver, which must equal the source.
 import os
 import random
 import signal
-import subprocess
-import sys
 from collections import defaultdict
 
 import pytest
 
 from cdc_sql import faults
-from tests.integration.helpers import assert_silver_equals, history_path, run, silver_path
+from tests.integration.helpers import (assert_silver_equals, history_path, run, runs_killed_at,
+                                       silver_path)
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -73,25 +72,12 @@ def test_history_is_the_tail_of_the_source_trail_through_kills(mariadb, database
                     db=database)
     pipeline = make_pipeline(f"- name: items\n  source: {database}.items\n  history: true",
                              chunk_size=500)
-    env = {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"}
     writer = RandomWriter(mariadb, database, "items", 4000, seed=rng.randrange(2**32))
     writer.start()
-    outcomes = []
     points = [p for p in faults.POINTS  # test_resnapshot's; plain tables' (not with history)
               if not p.startswith("resnapshot.") and p != "silver.first_moved"]
     try:
-        for point in [*points, rng.choice(points)]:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file, "--until-caught-up"],
-                env={**env, "CDC_SQL_KILL_AT": point}, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, start_new_session=True)
-            code = process.wait(timeout=300)
-            try:
-                os.killpg(process.pid, signal.SIGKILL)  # the binlog parser child, if left
-            except ProcessLookupError:
-                pass
-            assert code in (0, -signal.SIGKILL), process.stderr.read().decode()[-3000:]
-            outcomes.append((point, code))
+        outcomes = runs_killed_at(pipeline, [*points, rng.choice(points)])
     finally:
         writer.stop()
     assert sum(code == -signal.SIGKILL for _, code in outcomes) >= len(points), outcomes

@@ -6,6 +6,7 @@ import logging
 from dataclasses import replace
 
 from cdc_sql import cascades
+from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.execute import define_view, execute_step
 from cdc_sql.lake.silver.facts import Statement, read_facts, read_statements
@@ -109,7 +110,8 @@ def _child_versions(lake: Lake, plan: SilverPlan, window: Window, statements: li
                             f"CAST(NULL AS {schema[c].dataType.simpleString()}) AS {quote(c)}"
                             for c in _row_columns(source, schema.names))
         parts.append(lake.engine.sql(render("cascade_silver_rows", columns=columns,
-                                            silver=quote(view)),
+                                            silver=quote(view),
+                                            live=semantics.live_where(present)),  # hook
                                      {"source_table": source.qualified}))
     versions = parts[0]
     for part in parts[1:]:

@@ -3,6 +3,7 @@ both given the source's columns after a DDL."""
 from __future__ import annotations
 
 from cdc_sql.errors import SourceError
+from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.tables import stats_properties
@@ -29,6 +30,7 @@ def _history_seed(silver, plan: SilverPlan):
     from pyspark.sql import functions as F
 
     offset, ts = F.col("_cdc_offset"), F.col("_cdc_ts")
+    silver = silver.where(semantics.live(silver.columns))  # hook: soft-deleted rows are not
     return silver.select(*plan.row_columns, "_cdc_op", offset.alias("_cdc_valid_from"),
                          ts.alias("_cdc_valid_from_ts"),
                          F.lit(None).cast("string").alias("_cdc_valid_to"),

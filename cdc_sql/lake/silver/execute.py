@@ -12,6 +12,7 @@ import re
 import time
 
 from cdc_sql import faults
+from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.evolve import create, evolve, start_history
 from cdc_sql.lake.silver.facts import Facts
@@ -114,7 +115,7 @@ def execute_step(lake: Lake, step: Step) -> int | None:
             rows = lake.engine.sql(step.sql, step.args)
             create(lake, step.name, rows)  # the commit that creates silver holds the rows
     elif step.kind is StepKind.REPLACE:
-        lake.engine.replace(spark.sql(step.sql), step.name, RESNAPSHOT_MARK)
+        lake.engine.replace(lake.engine.sql(step.sql, step.args), step.name, RESNAPSHOT_MARK)
     elif step.kind is StepKind.STAGE:
         unique, rows = spark.sql(step.unique_check).collect()[0] if step.unique_check \
             else (False, None)
@@ -152,6 +153,8 @@ def apply_truncates(lake: Lake, plan: SilverPlan, facts: Facts) -> None:
     PARTITION removed (op `delete`: the statement and the conditions on the partitioning
     column that say which rows, source/partitions.py), where silver's row at that offset was
     still the one the partition held."""
+    if not semantics.applies_truncate(plan.spec):  # hook: skip: [truncate]
+        return
     for source in plan.sources:
         found = facts.statements.get(source.qualified, ())
         truncates = [(offset, ts) for op, offset, ts, _ in found if op == "truncate"]
@@ -164,8 +167,9 @@ def apply_truncates(lake: Lake, plan: SilverPlan, facts: Facts) -> None:
         for removed_at, removed_ts, where in removals:
             Offset.parse(removed_at)  # ours, as written by capture
             conditions = [(column, op, value) for column, op, value in where]
-            lake.tables.delete_rows(lake.silver_path(plan.spec.name),
-                                    [("_cdc_offset", "<", removed_at), *conditions, *shard])
+            semantics.remove_rows(lake, plan.spec, lake.silver_path(plan.spec.name),  # hook
+                                  removed_at, removed_ts,
+                                  [("_cdc_offset", "<", removed_at), *conditions, *shard])
             if plan.spec.history:
                 lake.tables.update_rows(
                     lake.history_path(plan.spec.name),

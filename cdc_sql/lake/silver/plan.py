@@ -9,6 +9,7 @@ from cdc_sql.cascades import ForeignKey
 from cdc_sql.config.model import Table
 from cdc_sql.config.projection import Projection, resolve_projection
 from cdc_sql.errors import ConfigError, SourceError
+from cdc_sql.lake import semantics
 from cdc_sql.source.schema import SourceTable, key_text_name
 from cdc_sql.sql import quote
 
@@ -63,7 +64,8 @@ class SilverPlan:
     def columns(self) -> tuple[str, ...]:
         """Silver's columns."""
         n = len(self.projection.columns)
-        return self.row_columns[:n] + ENGINE_COLUMNS + self.row_columns[n:]
+        return self.row_columns[:n] + ENGINE_COLUMNS + semantics.extra_columns(self.spec) + \
+            self.row_columns[n:]
 
     @property
     def snapshot_keys_unique(self) -> bool:
@@ -97,7 +99,7 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
         projection = resolve_projection(spec, [c.name for c in first.columns], list(first.key))
     except ConfigError as exc:
         raise ConfigError(f"{exc.detail} (table {first.qualified})", file,
-                          f"tables[{index}].projection") from None
+                          f"tables[{index}].{exc.path or 'projection'}") from None
     texts = {c.name for c in first.key_text_columns}
     key_texts = tuple((source, out) for source, out in zip(first.key, projection.key)
                       if source in texts)

@@ -1,6 +1,7 @@
 """The SQL text of each step, rendered from cdc_sql/sql/*.sql with identifiers quoted. Pure."""
 from __future__ import annotations
 
+from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.tables import table_ref
@@ -70,11 +71,14 @@ def candidates_sql(plan: SilverPlan, images_view: str) -> str:
     items = [f"{expr} AS {quote(name)}" for expr, name in plan.projection.columns]
     items += [f"{quote(key_text_name(source))} AS {quote(key_text_name(out))}"
               for source, out in plan.key_texts]
+    matches = plan.projection.where or "TRUE"
     return render(
         "silver_candidates",
         projection=",\n  ".join(items),
-        matches=plan.projection.where or "TRUE",
+        matches=matches,
         images=quote(images_view),
+        extra=semantics.candidate_columns(plan.spec, matches),  # hook: change semantics
+        kept=semantics.candidate_filter(plan.spec),
     )
 
 
@@ -102,7 +106,7 @@ def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
     return render(
         "silver_changes",
         output=", ".join(f"c.{quote(c)}" for c in (*plan.columns, "_cdc_remove")),
-        key_match=_key_match(plan, "c", "later"),
+        key_match=key_match(plan, "c", "later"),
         candidates=quote(candidates_view),
     )
 
@@ -115,7 +119,7 @@ def history_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) -> 
         columns=", ".join(quote(c) for c in plan.row_columns),
         history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
         history=table_ref(lake.history_path(plan.spec.name)),
-        key_match=_key_match(plan, "h", "f"),
+        key_match=key_match(plan, "h", "f"),
     )
 
 
@@ -126,7 +130,7 @@ def history_resnapshot_sql(lake: Lake, plan: SilverPlan, changes_view: str) -> s
         history=table_ref(lake.history_path(plan.spec.name)),
         columns=", ".join(f"f.{quote(c)}" for c in plan.row_columns),
         history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
-        key_match=_key_match(plan, "h", "f"),
+        key_match=key_match(plan, "h", "f"),
         same=" AND ".join(f"h.{quote(c)} <=> f.{quote(c)}" for c in plan.row_columns),
     )
 
@@ -137,13 +141,13 @@ def history_merge_sql(lake: Lake, plan: SilverPlan, versions_view: str) -> str:
         "history_merge",
         history=table_ref(lake.history_path(plan.spec.name)),
         versions=quote(versions_view),
-        key_match=_key_match(plan, "t", "s"),
+        key_match=key_match(plan, "t", "s"),
         columns=", ".join(columns),
         values=", ".join(f"s.{c}" for c in columns),
     )
 
 
-def _key_match(plan: SilverPlan, left: str, right: str) -> str:
+def key_match(plan: SilverPlan, left: str, right: str) -> str:
     """Keys compare with `=`; with `<=>` only where a declared key may hold NULLs (a MERGE on
     `<=>` is slower: docs/performance.md)."""
     equals = "<=>" if plan.key_nullable else "="
@@ -157,9 +161,10 @@ def merge_sql(lake: Lake, plan: SilverPlan, changes_view: str, dropped: tuple[st
         "silver_merge",
         silver=table_ref(lake.silver_path(plan.spec.name)),
         changes=quote(changes_view),
-        key_match=_key_match(plan, "t", "s"),
+        key_match=key_match(plan, "t", "s"),
         assignments=", ".join([*(f"t.{c} = s.{c}" for c in columns),
                                *(f"t.{quote(c)} = NULL" for c in dropped)]),
         columns=", ".join(columns),
         values=", ".join(f"s.{c}" for c in columns),
+        removes=semantics.removes(plan.spec, "s"),  # hook: change semantics
     )

@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.sql_text import (binlog_images_sql, candidates_sql, changes_sql,
                                           history_merge_sql, history_resnapshot_sql,
-                                          history_versions_sql, merge_sql, snapshot_images_sql,
-                                          snapshot_rows_sql)
+                                          history_versions_sql, key_match, merge_sql,
+                                          snapshot_images_sql, snapshot_rows_sql)
+from cdc_sql.lake.tables import table_ref
 from cdc_sql.planner import Window
 from cdc_sql.sql import quote, render
 
@@ -114,7 +116,8 @@ def batch_steps(lake: Lake, plan: SilverPlan, window: Window, facts: Facts,
                       as_is=f"SELECT {', '.join(quote(c) for c in (*plan.columns, '_cdc_remove'))}"
                             f" FROM {quote(merged)}"))
     if window.replace:
-        return steps + replace_steps(lake, plan, window, f"cdc_changes_{name}")
+        return steps + replace_steps(lake, plan, window, f"cdc_changes_{name}",
+                                     facts.silver_columns)
     steps.append(Step(title="the MERGE into silver (silver and history are first given the "
                             "source's columns)",
                       sql=merge_sql(lake, plan, f"cdc_changes_{name}", facts.dropped(plan)),
@@ -129,7 +132,8 @@ def batch_steps(lake: Lake, plan: SilverPlan, window: Window, facts: Facts,
     return steps
 
 
-def replace_steps(lake: Lake, plan: SilverPlan, window: Window, changes_view: str) -> list[Step]:
+def replace_steps(lake: Lake, plan: SilverPlan, window: Window, changes_view: str,
+                  silver_columns: tuple[str, ...] = ()) -> list[Step]:
     """A re-snapshot's last steps: history gains the differences as versions (first: a replay
     compares with history, and silver, once replaced, no longer holds the old rows), then silver
     is replaced by the last candidate of every key, in one commit."""
@@ -145,11 +149,17 @@ def replace_steps(lake: Lake, plan: SilverPlan, window: Window, changes_view: st
                           args={"upto": window.upto}, view=f"cdc_versions_{name}",
                           crash_point="history.staged"))
         steps.append(_history_merge(lake, plan))
+    kept = semantics.replace_kept(plan.spec, plan.columns, silver_columns,
+                                  key_match(plan, "t", "s"),
+                                  table_ref(lake.silver_path(name)), quote(changes_view))
     steps.append(Step(title="silver replaced by the re-snapshot's rows, in one commit",
                       sql=render("silver_replace",
                                  columns=", ".join(quote(c) for c in plan.columns),
-                                 changes=quote(changes_view)),
+                                 changes=quote(changes_view),
+                                 removes=semantics.removes(plan.spec),  # hook: change semantics
+                                 kept=kept),
                       kind=StepKind.REPLACE, name=lake.silver_path(name),
+                      args={"upto": window.upto} if ":upto" in kept else {},
                       crash_point="silver.merged"))
     return steps
 

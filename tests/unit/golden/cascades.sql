@@ -17,3 +17,4 @@ SELECT
   FALSE AS _cdc_deleted,
   CAST(NULL AS STRING) AS _cdc_attempt
 FROM delta.`/lake/silver/child` VERSION AS OF 7
+WHERE NOT COALESCE(_cdc_deleted, FALSE)

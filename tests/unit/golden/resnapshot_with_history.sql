@@ -51,6 +51,8 @@ SELECT * FROM `cdc_images_orders_0_s` UNION ALL SELECT * FROM `cdc_images_orders
 -- step 5: cdc_candidates_orders: the projection over cdc_images_orders
 -- Every candidate image (snapshot rows and binlog changes) after the projection.
 -- A candidate removes its key when it is a delete or when it no longer matches the WHERE.
+-- The table's change semantics (lake/semantics.py) may add a column (soft deletes' flag) and
+-- choose the images that are candidates at all (skipped deletes are not).
 SELECT
   `id` AS `id`,
   `status` AS `status`,
@@ -138,7 +140,8 @@ WHEN NOT MATCHED AND NOT s._cdc_closes THEN INSERT (`id`, `status`, `amount`, `p
 
 -- step 10: silver replaced by the re-snapshot's rows, in one commit
 -- What silver holds after a re-snapshot: the last candidate of every key that it does not
--- remove (the new splits' rows at their watermarks, and the binlog changes after them).
+-- remove (the new splits' rows at their watermarks, and the binlog changes after them), and
+-- what the table's change semantics keep of the old rows (lake/semantics.py).
 SELECT `id`, `status`, `amount`, `placed`, `_cdc_offset`, `_cdc_op`, `_cdc_ts`, `_cdc_key_placed`
 FROM `cdc_changes_orders`
 WHERE NOT _cdc_remove

@@ -50,6 +50,8 @@ SELECT * FROM `cdc_images_all_orders_0_b` UNION ALL SELECT * FROM `cdc_images_al
 -- step 4: cdc_candidates_all_orders: the projection over cdc_images_all_orders
 -- Every candidate image (snapshot rows and binlog changes) after the projection.
 -- A candidate removes its key when it is a delete or when it no longer matches the WHERE.
+-- The table's change semantics (lake/semantics.py) may add a column (soft deletes' flag) and
+-- choose the images that are candidates at all (skipped deletes are not).
 SELECT
   `id` AS `id`,
   `status` AS `status`,
@@ -87,6 +89,8 @@ LEFT ANTI JOIN `cdc_candidates_all_orders` AS later
 -- step 6: the MERGE into silver (silver and history are first given the source's columns)
 -- Apply the last change per key. Offsets only move forward: an older change never overwrites a
 -- newer row, so replaying a window (after a crash before the state commit) changes nothing.
+-- Whether the last change removes its key is the table's change semantics (a soft delete does
+-- not: it updates the row, flagged deleted; lake/semantics.py).
 MERGE INTO delta.`/lake/silver/all_orders` AS t
 USING `cdc_changes_all_orders` AS s
 ON t.`id` = s.`id` AND t.`_cdc_key_placed` = s.`_cdc_key_placed` AND t.`_cdc_source_table` = s.`_cdc_source_table`
