@@ -194,7 +194,7 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     if changes.num_rows == 0:
         return None
     read = time.perf_counter()
-    changes = semantics.arrow_changes(plan.spec, changes)  # hook: change semantics
+    changes = semantics.arrow_changes(plan.spec, changes)
     last = last_change_per_key(changes, list(plan.key))
     faults.point("silver.staged")
     picked = time.perf_counter()
@@ -211,7 +211,7 @@ def silver_schema(plan) -> pa.Schema:
     meta = dict(META_COLUMNS)
     return pa.schema(list(plan.sources[0].arrow_schema) +
                      [pa.field(name, meta[name]) for name in plan.columns if name in meta] +
-                     semantics.extra_fields(plan.spec))  # hook: change semantics
+                     semantics.extra_fields(plan.spec))
 
 
 def snapshot_rows(lake: Lake, source, window: Window,

@@ -111,7 +111,7 @@ def _child_versions(lake: Lake, plan: SilverPlan, window: Window, statements: li
                             for c in _row_columns(source, schema.names))
         parts.append(lake.engine.sql(render("cascade_silver_rows", columns=columns,
                                             silver=quote(view),
-                                            live=semantics.live_where(present)),  # hook
+                                            live=semantics.live_where(present)),  # not soft-deleted ones
                                      {"source_table": source.qualified}))
     versions = parts[0]
     for part in parts[1:]:

@@ -30,7 +30,7 @@ def _history_seed(silver, plan: SilverPlan):
     from pyspark.sql import functions as F
 
     offset, ts = F.col("_cdc_offset"), F.col("_cdc_ts")
-    silver = silver.where(semantics.live(silver.columns))  # hook: soft-deleted rows are not
+    silver = silver.where(semantics.live(silver.columns))  # a soft-deleted row is no version
     return silver.select(*plan.row_columns, "_cdc_op", offset.alias("_cdc_valid_from"),
                          ts.alias("_cdc_valid_from_ts"),
                          F.lit(None).cast("string").alias("_cdc_valid_to"),

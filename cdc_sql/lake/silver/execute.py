@@ -153,7 +153,7 @@ def apply_truncates(lake: Lake, plan: SilverPlan, facts: Facts) -> None:
     PARTITION removed (op `delete`: the statement and the conditions on the partitioning
     column that say which rows, source/partitions.py), where silver's row at that offset was
     still the one the partition held."""
-    if not semantics.applies_truncate(plan.spec):  # hook: skip: [truncate]
+    if not semantics.applies_truncate(plan.spec):  # skip: [truncate]
         return
     for source in plan.sources:
         found = facts.statements.get(source.qualified, ())
@@ -167,7 +167,7 @@ def apply_truncates(lake: Lake, plan: SilverPlan, facts: Facts) -> None:
         for removed_at, removed_ts, where in removals:
             Offset.parse(removed_at)  # ours, as written by capture
             conditions = [(column, op, value) for column, op, value in where]
-            semantics.remove_rows(lake, plan.spec, lake.silver_path(plan.spec.name),  # hook
+            semantics.remove_rows(lake, plan.spec, lake.silver_path(plan.spec.name),
                                   removed_at, removed_ts,
                                   [("_cdc_offset", "<", removed_at), *conditions, *shard])
             if plan.spec.history:

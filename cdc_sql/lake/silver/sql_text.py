@@ -77,7 +77,7 @@ def candidates_sql(plan: SilverPlan, images_view: str) -> str:
         projection=",\n  ".join(items),
         matches=matches,
         images=quote(images_view),
-        extra=semantics.candidate_columns(plan.spec, matches),  # hook: change semantics
+        extra=semantics.candidate_columns(plan.spec, matches),
         kept=semantics.candidate_filter(plan.spec),
     )
 
@@ -166,5 +166,5 @@ def merge_sql(lake: Lake, plan: SilverPlan, changes_view: str, dropped: tuple[st
                                *(f"t.{quote(c)} = NULL" for c in dropped)]),
         columns=", ".join(columns),
         values=", ".join(f"s.{c}" for c in columns),
-        removes=semantics.removes(plan.spec, "s"),  # hook: change semantics
+        removes=semantics.removes(plan.spec, "s"),
     )

@@ -156,7 +156,7 @@ def replace_steps(lake: Lake, plan: SilverPlan, window: Window, changes_view: st
                       sql=render("silver_replace",
                                  columns=", ".join(quote(c) for c in plan.columns),
                                  changes=quote(changes_view),
-                                 removes=semantics.removes(plan.spec),  # hook: change semantics
+                                 removes=semantics.removes(plan.spec),
                                  kept=kept),
                       kind=StepKind.REPLACE, name=lake.silver_path(name),
                       args={"upto": window.upto} if ":upto" in kept else {},
