@@ -44,8 +44,7 @@ took
 
 section "a Spark standalone cluster (a master, two workers) behind Spark Connect (engine remote)"
 CDC_SQL_TEST_ENGINE=cluster .venv/bin/python -m pytest -q \
-  -k "snapshot_then or reads_merges or catalog" \
-  $I/test_end_to_end.py $I/test_mixed_writers.py $I/test_spark_session.py
+  -k "snapshot_then or catalog" $I/test_end_to_end.py $I/test_spark_session.py
 took
 
 section "pyspark 4.0 with Delta 4.0.1 (engine local), cdc-sql installed from its wheel"

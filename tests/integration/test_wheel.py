@@ -12,7 +12,8 @@ from deltalake import DeltaTable
 from cdc_sql.dev.mariadb import PASSWORD
 from tests.integration.helpers import silver_path
 
-VENV = os.environ.get("CDC_SQL_TEST_WHEEL_VENV", "")
+VENV = os.path.abspath(os.environ["CDC_SQL_TEST_WHEEL_VENV"]) \
+    if os.environ.get("CDC_SQL_TEST_WHEEL_VENV") else ""  # its commands run from elsewhere
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not VENV, reason="CDC_SQL_TEST_WHEEL_VENV (scripts/test.sh)")]
 
