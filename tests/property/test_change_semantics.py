@@ -20,7 +20,8 @@ from cdc_sql.planner import Window
 from cdc_sql.source.offsets import Offset
 from tests.property import test_merge_rules
 from tests.property.test_merge_rules import (TABLE, TS, binlog_rows, boundary, drawn_splits,
-                                             histories, land_changes, offset, split_rows, states)
+                                             histories, land_changes, land_resnapshot, offset,
+                                             split_rows, states)
 
 new_lake = test_merge_rules.new_lake  # the fixture: a fresh lake per hypothesis example
 SEMANTICS = {"soft": {"deletes": "soft"}, "skip": {"skip": ["delete"]}}
@@ -177,17 +178,7 @@ def test_a_resnapshot_keeps_what_the_semantics_keep(engine, new_lake, kind, data
     bronze.ensure_changes_table(lake, TABLE)
     plan = plan_silver(Table(name="t", source="db.t", **SEMANTICS[kind]), [TABLE], "p.yaml", 0)
     merge_window(lake, plan, Window("", before, {"db.t": ((0, "old", before),)}, first=True))
-    start = data.draw(st.integers(-1, last))
-    bronze.reset(lake, TABLE)
-    bounds, marks = drawn_splits(data, last, start)
-    reads = [data.draw(st.integers(mark, last)) for mark in marks]
-    for split_id, ((lo, hi), mark, read) in enumerate(zip(bounds, marks, reads)):
-        rows = sorted((k, v) for k, v in model[read].items() if lo <= k < hi)
-        bronze.write_splits(lake, TABLE, [split_rows([k for k, _ in rows], [v for _, v in rows],
-                                                     split_id)], "new", boundary(mark), TS)
-    land_changes(lake, binlog_rows(txns, start))
-    done = {"db.t": tuple((i, "new", boundary(mark)) for i, mark in enumerate(marks))}
-    window = Window(boundary(start), boundary(last), done, replace=True)
+    window, start, bounds, marks, reads = land_resnapshot(lake, data, model, txns, last)
     want = expected(kind, initial, txns, bounds, marks, reads, last, start)
     for key, value in old.items():  # old rows the re-snapshot does not find
         if key not in want:

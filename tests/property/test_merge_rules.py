@@ -304,6 +304,23 @@ def test_the_first_batch_writes_snapshot_rows_and_merges_only_changes(engine, ne
     assert_silver(lake, expected)
 
 
+def land_resnapshot(lake, data, model, txns, last: int):
+    """Bronze as a re-snapshot from a drawn start S leaves it: splits (attempt `new`) read at
+    drawn points between their watermark and `last`, and the binlog's changes after S. The
+    re-snapshot's window, and the start, splits and reads drawn."""
+    start = data.draw(st.integers(-1, last))  # the re-snapshot's start S
+    bronze.reset(lake, TABLE)
+    bounds, marks = drawn_splits(data, last, start)
+    reads = [data.draw(st.integers(mark, last)) for mark in marks]
+    for split_id, ((lo, hi), mark, read) in enumerate(zip(bounds, marks, reads)):
+        rows = sorted((k, v) for k, v in model[read].items() if lo <= k < hi)
+        bronze.write_splits(lake, TABLE, [split_rows([k for k, _ in rows], [v for _, v in rows],
+                                                     split_id)], "new", boundary(mark), TS)
+    land_changes(lake, binlog_rows(txns, start))
+    done = {"db.t": tuple((i, "new", boundary(mark)) for i, mark in enumerate(marks))}
+    return Window(boundary(start), boundary(last), done, replace=True), start, bounds, marks, reads
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), history=histories())
 def test_a_resnapshot_replaces_any_silver_with_the_model(engine, new_lake, data, history):
@@ -327,17 +344,7 @@ def test_a_resnapshot_replaces_any_silver_with_the_model(engine, new_lake, data,
                                     history_start=before))
     assert_silver(lake, old)
 
-    start = data.draw(st.integers(-1, last))  # the re-snapshot's start S
-    bronze.reset(lake, TABLE)
-    bounds, marks = drawn_splits(data, last, start)
-    for split_id, ((lo, hi), mark) in enumerate(zip(bounds, marks)):
-        read = data.draw(st.integers(mark, last))
-        rows = sorted((k, v) for k, v in model[read].items() if lo <= k < hi)
-        bronze.write_splits(lake, TABLE, [split_rows([k for k, _ in rows], [v for _, v in rows],
-                                                     split_id)], "new", boundary(mark), TS)
-    land_changes(lake, binlog_rows(txns, start))
-    done = {"db.t": tuple((i, "new", boundary(mark)) for i, mark in enumerate(marks))}
-    window = Window(boundary(start), boundary(last), done, replace=True)
+    window, *_ = land_resnapshot(lake, data, model, txns, last)
     for _ in range(1 + data.draw(st.integers(0, 1))):  # a replay: killed before state had it
         merge_window(lake, plan, window)
         assert_silver(lake, model[last])
