@@ -136,6 +136,7 @@ class DdlEvents:
         ALTER TABLE that changes values without row events (ddl.value_rewrites: a column added
         with a DEFAULT, say) reads the table again, as rows changed so do."""
         offset = Offset(self._seq(), self.event_position.pos, 0)
+        statement = ddl.without_comments(query.statement)
         for db, table in sorted(tables):
             dropped = self.drop.get((db, table))
             if dropped is not None and offset <= dropped:
@@ -151,8 +152,7 @@ class DdlEvents:
                                             f"evolve to (on_schema_change: resnapshot)")
                 continue
             rewrites = [r.why for r in ddl.value_rewrites(
-                            ddl.without_comments(query.statement),
-                            {c.name.lower(): c for c in self.tables[db, table].columns},
+                            statement, {c.name.lower(): c for c in self.tables[db, table].columns},
                             query.strict)
                         if not (r.added and policy == "ignore_new_columns")]
             if rewrites:

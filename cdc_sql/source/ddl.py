@@ -96,6 +96,7 @@ def renamed_columns(statement: str) -> list[tuple[str, str]]:
 # -- statements that are not DDL: transactions, XA, DML written as statements -----------------
 _NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _QUALIFIED = rf"({_NAME}(?:\s*\.\s*{_NAME})?)"
+_ALTER_TABLE_WORDS = r"ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE"  # the head of every ALTER TABLE
 _INSERT = re.compile(rf"(?:INSERT|REPLACE)\s+(?:(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE)\s+)*"
                      rf"(?:INTO\s+)?{_QUALIFIED}", re.I)
 _LOAD = re.compile(rf"LOAD\s+(?:DATA|XML)\b.*?\bINTO\s+TABLE\s+{_QUALIFIED}", re.I | re.S)
@@ -187,7 +188,7 @@ def _split_name(text: str, default_db: str) -> tuple[str, str]:
 _RENAME = re.compile(r"RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.*)", re.I | re.S)
 _RENAME_PAIR = re.compile(rf"\s*{_QUALIFIED}\s+(?:WAIT\s+\d+\s+|NOWAIT\s+)?TO\s+{_QUALIFIED}\s*"
                           rf"(?:,|$)", re.I)
-_ALTER_RENAME = re.compile(rf"ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?"
+_ALTER_RENAME = re.compile(rf"{_ALTER_TABLE_WORDS}\s+(?:IF\s+EXISTS\s+)?"
                            rf"{_QUALIFIED}\s+RENAME\s+(?:TO\s+|AS\s+)?{_QUALIFIED}\s*$", re.I)
 
 
@@ -215,7 +216,7 @@ def renames(statement: str, default_db: str) -> list[tuple[tuple[str, str], tupl
 
 # -- partition maintenance: rows change without row events -------------------------------------
 _PARTITION = re.compile(
-    rf"ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}\s+"
+    rf"{_ALTER_TABLE_WORDS}\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}\s+"
     rf"(TRUNCATE|DROP|EXCHANGE|REORGANIZE|COALESCE|REBUILD|ADD|ANALYZE|CHECK|OPTIMIZE|REPAIR|"
     rf"REMOVE|CONVERT)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?(PARTITIONING|PARTITION|TABLE)\b\s*(.*)",
     re.I | re.S)
@@ -268,7 +269,7 @@ def partition_change(statement: str, default_db: str) -> PartitionChange | None:
 
 # -- ALTER TABLE that changes stored values without row events ---------------------------------
 _ALTER_IGNORE = re.compile(r"ALTER\s+(?:ONLINE\s+)?IGNORE\s+TABLE\b", re.I)
-_ALTER_TABLE = re.compile(r"ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\b", re.I)
+_ALTER_TABLE = re.compile(rf"{_ALTER_TABLE_WORDS}\b", re.I)
 _UNREAD_FILLS = re.compile(r"\b(DEFAULT|NOT\s+NULL|AUTO_INCREMENT|SERIAL|GENERATED|AS\s*\(|"
                            r"MODIFY|CHANGE|CONVERT)\b", re.I)
 _TEMPORAL = ("datetime", "timestamp", "time")
