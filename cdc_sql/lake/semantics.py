@@ -12,7 +12,7 @@ a delete is no candidate at all, so the key keeps its last image; a TRUNCATE, or
 TRUNCATE or DROP, removes nothing. History follows silver's candidates: soft deletes end a
 version as hard ones do; skipped deletes never end one.
 
-These functions decide; silver.py, small_merge.py, verify.py and status call them
+These functions decide; lake/silver/, small_merge.py, verify.py and status call them
 (docs/operations.md, "Soft deletes, skipped operations, left-out columns").
 """
 from __future__ import annotations
