@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from cdc_sql.config.model import ENGINE_MODES
 from cdc_sql.errors import CdcError
+from cdc_sql.location import Location
 from cdc_sql.sql import inline, quote, string_literal
 
 log = logging.getLogger(__name__)
@@ -202,9 +203,7 @@ class SailEngine(Engine):
     def stage(self, df, path: str) -> None:
         """A fresh table each time on a local path: Sail cannot overwrite one whose schema
         gains a column with a table feature."""
-        from cdc_sql.lake.tables import storage
-
-        if storage(path) == "local":
+        if Location.of(path).local:
             shutil.rmtree(path, ignore_errors=True)
         super().stage(df, path)
 

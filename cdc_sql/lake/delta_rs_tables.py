@@ -11,7 +11,7 @@ from cdc_sql.lake import parquet_files, tables
 from cdc_sql.lake.tables import (COMMIT_RETRIES, EVOLVE_MARK, WRITES_FEATURES,
                                  append_with_delta_rs, literal, operation, predicate,
                                  stats_configuration, writer_properties)
-from cdc_sql.location import storage
+from cdc_sql.location import Location
 
 
 def _add_actions(table) -> pa.Table:
@@ -53,7 +53,7 @@ class DeltaRsWrites:
         itself. Figures: docs/performance.md ("Writing bronze")."""
         exists = self.exists(path)
         small = isinstance(batches, list) and sum(b.nbytes for b in batches) < tables.SMALL_APPEND
-        if exists and schema_mode is None and not small and storage(path) == "local" and \
+        if exists and schema_mode is None and not small and Location.of(path).local and \
                 self.schema(path) == schema:
             self._append_files(path, batches, schema)
             return
@@ -88,7 +88,7 @@ class DeltaRsWrites:
         """Create the table with the rows of `streams` (each opened when called), in one
         commit: written in parallel by pyarrow on a local path (lake/parquet_files.py), else
         streamed through delta-rs (all opened first: no delta-rs call from inside its write)."""
-        if storage(path) == "local":
+        if Location.of(path).local:
             parquet_files.create_table(str(path), schema, streams,
                                        configuration=stats_configuration(schema))
             return
@@ -265,7 +265,7 @@ class DeltaRsTables(DeltaRsWrites):
             yield entry[1]
 
     def exists(self, path: str) -> bool:
-        if storage(path) == "local":
+        if Location.of(path).local:
             import os
 
             return os.path.isdir(os.path.join(str(path), "_delta_log"))
@@ -307,7 +307,7 @@ class DeltaRsTables(DeltaRsWrites):
 
         options = {}
         with self._table(path) as table:
-            if storage(path) == "local":  # pyarrow's own file system: 1.6x delta-rs's here
+            if Location.of(path).local:  # pyarrow's own file system: 1.6x delta-rs's here
                 from pyarrow.dataset import ParquetFragmentScanOptions
                 from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
 

@@ -1,6 +1,6 @@
 """Where the lake's Delta tables live, and the one interface for what cdc-sql does to them.
 
-`storage(path)` (cdc_sql/location.py) tells a local path from an object store by its scheme, once,
+`Location` (cdc_sql/location.py) tells a local path from an object store by its scheme, once,
 for the whole target; `choose(engine_mode, path)` then picks who does the table operations:
 
 | target.path                                    | sail, local (JVM)  | remote, active |
@@ -30,7 +30,7 @@ from typing import Callable, ContextManager, Iterable, Protocol
 import pyarrow as pa
 
 from cdc_sql.lake.parquet_files import ROW_GROUP_ROWS
-from cdc_sql.location import OBJECT_STORES, storage
+from cdc_sql.location import Location
 from cdc_sql.sql import quote, string_literal
 
 log = logging.getLogger("cdc_sql")
@@ -52,7 +52,8 @@ def choose(engine_mode: str, path: str) -> str:
     """'delta-rs' or 'spark': who carries out table operations for tables under `path`."""
     if engine_mode not in ("sail", "local"):
         return "spark"
-    return "delta-rs" if storage(path) in ("local", *OBJECT_STORES) else "spark"
+    place = Location.of(path)
+    return "delta-rs" if place.local or place.object_store else "spark"
 
 
 def table_ref(path: str) -> str:
