@@ -12,8 +12,9 @@ from cdc_sql.lake.silver.plan import SilverPlan, carries, cascade_parents, sourc
 from cdc_sql.lake.state import Checkpoint
 from cdc_sql.run.context import Run
 from cdc_sql.run.engine_policy import start_early
-from cdc_sql.run.resume import ResumePlan, gtid_at
+from cdc_sql.run.resume import gtid_at
 from cdc_sql.run.summary import Batch
+from cdc_sql.source.failover import ResumePlan
 from cdc_sql.source.offsets import Position
 from cdc_sql.source.preflight import SourceView
 
@@ -47,7 +48,7 @@ def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Positio
                       run.stop, view.server, _policy(run, plans), view.read_at)
     result = capture.run(checkpoint, start, stop_at, view.end_seen_at,
                          saved.gtid if saved else gtid_at(run, view, start),
-                         by_gtid=resume.by_gtid(saved), base=view.base)
+                         by_gtid=resume.by_gtid(saved.position if saved else None), base=view.base)
     return Captured(result.changes, start.offset.text, frozenset(result.changed_tables),
                     result.schema_changed, result.resnapshots, result.batches)
 

@@ -1,11 +1,11 @@
 """Phase 0 and 1 of a run: which server, where on it capture resumes (after a failover, by
-GTID: source/failover.py decides), and, without a snapshot, where capture starts the first time
-(source/startup.py)."""
+GTID), and, without a snapshot, where capture starts the first time (source/startup.py).
+The resume decision is source/failover.py's `plan`, a pure function of what state recorded and
+what the server says; this module asks the server, and acts on the answer."""
 from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 
 import pymysql
 
@@ -17,7 +17,8 @@ from cdc_sql.lake.silver.plan import cascade_parents, silver_plans, sources_by_t
 from cdc_sql.lake.state import CaptureEntry, Checkpoint, TableEntry
 from cdc_sql.run.context import Run
 from cdc_sql.source import binlog, failover, mysql, startup
-from cdc_sql.source.offsets import Offset, Position, file_sequence
+from cdc_sql.source.failover import ResumePlan
+from cdc_sql.source.offsets import Offset, Position
 from cdc_sql.source.preflight import SourceView, now
 from cdc_sql.source.watermarks import gtid_position
 
@@ -25,91 +26,67 @@ log = logging.getLogger("cdc_sql")
 BINLOG_ONLY_STARTUP = ("latest", "earliest", "timestamp", "offset", "gtid")
 
 
-@dataclass(frozen=True)
-class ResumePlan:
-    """How capture resumes in this run: by GTID or not (failover.decide), and the recorded
-    position it resumes from."""
-
-    resume: failover.Resume
-    resume_from: str | None = None
-
-    def by_gtid(self, saved: CaptureEntry | None) -> bool:
-        """By GTID until a place on this server is recorded (the saved position moves on)."""
-        return self.resume.by_gtid and saved is not None and saved.position == self.resume_from
-
-
 def resolve_server(run: Run, view: SourceView,
                    checkpoint: Checkpoint) -> tuple[SourceView, ResumePlan]:
     """Trust a recorded position only on the server that wrote it, with the GTID there
-    unchanged; else resume by GTID (source/failover.py). Where capture cannot go on (a
+    unchanged; else resume by GTID (failover.plan decides). Where capture cannot go on (a
     purged binlog, a server that is behind), it starts over if every table is to be read
     again. Returns the view with its server and base, and how capture resumes."""
     with mysql.cursor(run.pipeline.source) as cur:
         server = failover.server_identity(cur, view.mariadb)
         try:
-            saved, base, resume = _resume_here(run, view, checkpoint, cur, server)
+            plan = _resume_here(run, view, checkpoint, cur, server)
         except SourceError as exc:
             if not {t.qualified for t in view.source_tables} <= \
                     resnapshot.requested(checkpoint):
                 raise
-            saved, base = _start_over(run, view, checkpoint, cur, server, str(exc))
-            resume = failover.Resume(False)
-    return dataclasses.replace(view, server=server, base=base,
-                               end=dataclasses.replace(view.end, base=base)), \
-        ResumePlan(resume, saved.position if saved else None)
+            plan = _start_over(run, view, checkpoint, cur, server, str(exc))
+    return dataclasses.replace(view, server=server, base=plan.base,
+                               end=dataclasses.replace(view.end, base=plan.base)), plan
 
 
 def _resume_here(run: Run, view: SourceView, checkpoint: Checkpoint, cur,
-                 server: str) -> tuple[CaptureEntry | None, int, failover.Resume]:
-    """How capture goes on on `server`: the capture entry it goes on from, the base of this
-    server's file numbers in offsets, and whether by GTID (failover.decide)."""
+                 server: str) -> ResumePlan:
+    """How capture goes on on `server` (failover.plan), once a purged binlog is dealt with and
+    the GTID position at the recorded position asked where it matters; by GTID, only on a
+    server that has every transaction capture read."""
     saved = checkpoint.capture
     if saved is not None and saved.position and saved.server in ("", server) and \
             resnapshot.purged(saved.at.file, view.first_binlog.file):
         saved = _purged(run, view, checkpoint, cur, server)
-    if saved is None:  # split watermarks are places in one server's binlog
-        others = sorted({s.server for s in checkpoint.all_splits()
-                         if s.done and s.server and s.server != server})
-        if others:
-            raise SourceError(
-                f"the snapshot was read on {', '.join(others)}, but the source is now "
-                f"{server}: the snapshot's binlog watermarks mean nothing there and "
-                f"capture has not begun: {failover.RESNAPSHOT}")
-        return None, 0, failover.Resume(False)
-    if not saved.position:
-        return saved, 0, failover.Resume(False)
-    here = None  # a purged file is not another binlog: reading it says purged
-    if saved.gtid and saved.server in ("", server) and \
-            file_sequence(saved.at.file) >= file_sequence(view.first_binlog.file):
-        here = gtid_here(run, view, cur, saved.at)
-    resume = failover.decide(saved.server, saved.gtid, str(saved.at), server, here,
-                             view.mariadb)
-    if not resume.by_gtid:
-        return saved, saved.at.base, resume
-    cur.execute("SELECT @@global.gtid_binlog_pos" if view.mariadb else
-                "SELECT @@global.gtid_executed")
-    failover.check_not_behind(saved.gtid, str(cur.fetchone()[0] or ""), server,
-                              view.mariadb)
-    base = failover.file_base(saved.at.offset, view.first_binlog.file)
-    log.warning("capture resumes by GTID after %s: %s; offsets number this server's binlog "
-                "files %+d so they follow the old ones", saved.gtid, resume.reason, base)
-    return saved, base, resume
+    recorded = failover.Recorded(saved.at, saved.server, saved.gtid) \
+        if saved is not None and saved.position else failover.Recorded()
+    here = gtid_here(run, view, cur, recorded.position) \
+        if failover.wants_gtid_here(recorded, server, view.first_binlog.file) else None
+    snapshot_servers = frozenset(s.server for s in checkpoint.all_splits() if s.done) \
+        if saved is None else frozenset()  # split watermarks: places in one server's binlog
+    plan = failover.plan(recorded, server, view.first_binlog.file, here, snapshot_servers,
+                         view.mariadb)
+    if plan.resume.by_gtid:
+        cur.execute("SELECT @@global.gtid_binlog_pos" if view.mariadb else
+                    "SELECT @@global.gtid_executed")
+        failover.check_not_behind(saved.gtid, str(cur.fetchone()[0] or ""), server,
+                                  view.mariadb)
+        log.warning("capture resumes by GTID after %s: %s; offsets number this server's "
+                    "binlog files %+d so they follow the old ones", saved.gtid,
+                    plan.resume.reason, plan.base)
+    return plan
 
 
 def _start_over(run: Run, view: SourceView, checkpoint: Checkpoint, cur, server: str,
-                why: str) -> tuple[CaptureEntry, int]:
+                why: str) -> ResumePlan:
     """Capture cannot go on on this server (another one, behind, without a GTID to resume
     from), but every table is to be read again: capture starts over at the server's
     current position, its files numbered on from what was read before, so offsets keep
-    growing. Returns the new capture entry and that base."""
+    growing (failover.restart_base). Returns how capture resumes: from there, by position."""
     saved = checkpoint.capture
     read = [saved.at.offset] if saved and saved.position else \
         [Offset.parse(s.watermark) for s in checkpoint.all_splits() if s.watermark]
-    base = failover.file_base(max(read), view.first_binlog.file) if read else 0
+    base = failover.restart_base(read, view.first_binlog.file)
     end = dataclasses.replace(view.end, base=base)
     moved = _move_capture(run, saved, end, server, cur, view)
     log.warning("%s. Every table is being read again: capture starts over at %s", why, end)
-    return moved, base
+    return ResumePlan(position=moved.at, base=base)
 
 
 def _purged(run: Run, view: SourceView, checkpoint: Checkpoint, cur, server: str) -> CaptureEntry:

@@ -206,4 +206,4 @@ class Runner:
         capture benchmark): its changes."""
         return capture_phase.capture(self.phases, view, checkpoint, stop_at,
                                      self._silver_plans(view),
-                                     resume.ResumePlan(failover.Resume(False)), True).changes
+                                     failover.ResumePlan(), True).changes

@@ -11,7 +11,9 @@ server's binlog files are numbered on from the old ones
 transactions capture already read, or a source without a recorded GTID position, stops the run
 with what to do.
 
-The decisions are pure functions of what state recorded and what the server says.
+The decisions are pure functions of what state recorded and what the server says: `decide`
+(by position or by GTID), `plan` (the whole `ResumePlan`: from where, by which, with which base),
+`restart_base` (capture starting over on another server).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 from cdc_sql.errors import SourceError
 from cdc_sql.source.gtid import GtidSet, MariaGtidState
-from cdc_sql.source.offsets import Offset, file_sequence
+from cdc_sql.source.offsets import Offset, Position, file_sequence
 
 RESNAPSHOT = ("re-snapshot every table (cdc-sql resnapshot PIPELINE, then run): capture then starts "
               "over on this server while silver stays readable")
@@ -68,6 +70,70 @@ def decide(recorded_server: str, recorded_gtid: str, position: str, server: str,
                                             "gtid_mode=ON from the start of capture)") +
                           f"; {RESNAPSHOT}")
     return Resume(True, reason)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What state recorded of capture, as resuming needs it: the position (None before capture
+    began), the server it is a place on ('' in a state older than failover) and the GTID
+    position there."""
+
+    position: Position | None = None
+    server: str = ""
+    gtid: str = ""
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """How capture goes on in this run: by GTID or by position (`resume`), from the recorded
+    `position` (None: capture has not begun), this server's binlog files numbered `base` on in
+    offsets."""
+
+    resume: Resume = Resume(False)
+    position: Position | None = None
+    base: int = 0
+
+    def by_gtid(self, position: str | None) -> bool:
+        """By GTID until a place on this server is recorded (`position`, the recorded position
+        now, moves on)."""
+        return self.resume.by_gtid and self.position is not None and \
+            position == str(self.position)
+
+
+def wants_gtid_here(recorded: Recorded, server: str, first_file: str) -> bool:
+    """Whether the GTID position at the recorded position is worth asking this server: only on
+    the server that wrote it, in a binlog it still has (a purged file says purged, not another
+    binlog), and with a recorded GTID position to compare it with."""
+    return recorded.position is not None and bool(recorded.gtid) and \
+        recorded.server in ("", server) and \
+        file_sequence(recorded.position.file) >= file_sequence(first_file)
+
+
+def plan(recorded: Recorded, server: str, first_file: str, gtid_here: str | None,
+         snapshot_servers: frozenset[str], mariadb: bool) -> ResumePlan:
+    """How capture resumes on `server`, whose oldest binlog is `first_file`: where capture has
+    begun, `decide`, and by GTID the new server's files numbered on from the recorded offset
+    (`file_base`); where it has not, the snapshot's watermarks (read on `snapshot_servers`)
+    must be places on this server."""
+    if recorded.position is None:
+        others = sorted(snapshot_servers - {"", server})
+        if others:
+            raise SourceError(
+                f"the snapshot was read on {', '.join(others)}, but the source is now "
+                f"{server}: the snapshot's binlog watermarks mean nothing there and "
+                f"capture has not begun: {RESNAPSHOT}")
+        return ResumePlan()
+    resume = decide(recorded.server, recorded.gtid, str(recorded.position), server, gtid_here,
+                    mariadb)
+    base = file_base(recorded.position.offset, first_file) if resume.by_gtid \
+        else recorded.position.base
+    return ResumePlan(resume, recorded.position, base)
+
+
+def restart_base(read: list[Offset], first_file: str) -> int:
+    """The base of a server capture starts over on: its offsets follow every one read before
+    (capture's, or the snapshot's watermarks)."""
+    return file_base(max(read), first_file) if read else 0
 
 
 def missing(captured: str, server_has: str, mariadb: bool = True) -> list[str]:
