@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from cdc_sql.lake.state import CaptureEntry, SplitEntry, TableEntry
+from cdc_sql.lake.state import CaptureEntry, SplitEntry, SplitRef, TableEntry
 from cdc_sql.source.offsets import Position
 
-Splits = dict[str, tuple[tuple[int, str, str], ...]]  # source table -> (id, attempt, watermark)
+Splits = dict[str, tuple[SplitRef, ...]]  # source table -> its done splits
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,10 @@ class Window:
 
 
 def done_splits(splits: list[SplitEntry]) -> Splits:
-    """Split entries as a window carries them: per source table, (id, attempt, watermark)."""
-    found: dict[str, list[tuple[int, str, str]]] = {}
+    """Split entries as a window carries them: per source table, in split order."""
+    found: dict[str, list[SplitRef]] = {}
     for s in sorted(splits, key=lambda s: (s.source_table, s.split_id)):
-        found.setdefault(s.source_table, []).append((s.split_id, s.attempt, s.watermark))
+        found.setdefault(s.source_table, []).append(s.ref)
     return {table: tuple(entries) for table, entries in found.items()}
 
 

@@ -34,6 +34,7 @@ import pyarrow as pa
 from cdc_sql.errors import out_of_space
 from cdc_sql.lake import parquet_files
 from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.state import SplitRef
 
 log = logging.getLogger("cdc_sql")
 MANIFEST = "{attempt}.json"
@@ -136,14 +137,14 @@ def snapshot_image(schema: pa.Schema, batch: pa.RecordBatch, offset: pa.Array,
         [*batch.columns[:values], *(meta[name] for name in schema.names[values:])], schema=schema)
 
 
-def agreeing(manifests: dict[str, dict | None], splits: Iterable[tuple[int, str, str]],
+def agreeing(manifests: dict[str, dict | None], splits: Iterable[SplitRef],
              columns: str) -> list[str] | None:
-    """The attempts whose files hold exactly the snapshot rows of `splits` (state's (id,
-    attempt, watermark) of the window), in split order; None unless every one of them has a
+    """The attempts whose files hold exactly the snapshot rows of `splits` (the window's done
+    splits as state records them), in split order; None unless every one of them has a
     manifest with its splits, its watermark and these columns."""
     wanted: dict[str, list[tuple[int, str]]] = {}
-    for split_id, attempt, watermark in sorted(splits):
-        wanted.setdefault(attempt, []).append((split_id, watermark))
+    for split in sorted(splits):
+        wanted.setdefault(split.attempt, []).append((split.split_id, split.watermark))
     for attempt, entries in wanted.items():
         manifest = manifests.get(attempt)
         if manifest is None or manifest["columns"] != columns or \
@@ -153,14 +154,14 @@ def agreeing(manifests: dict[str, dict | None], splits: Iterable[tuple[int, str,
     return list(wanted) or None
 
 
-def take(lake: Lake, name: str, splits: Iterable[tuple[int, str, str]], schema: pa.Schema,
+def take(lake: Lake, name: str, splits: Iterable[SplitRef], schema: pa.Schema,
          silver: str) -> list | None:
     """The add actions of silver's first version as written during the snapshot, its files
     moved into `silver` (a local directory); None when they are not all there (`agreeing`)."""
     from deltalake.transaction import AddAction
 
     path, splits = lake.first_version_path(name), list(splits)
-    manifests = {attempt: _manifest(path, attempt) for _, attempt, _ in splits}
+    manifests = {s.attempt: _manifest(path, s.attempt) for s in splits}
     attempts = agreeing(manifests, splits, str(schema))
     if attempts is None or not all(os.path.exists(os.path.join(path, a, f["path"]))
                                    for a in attempts for f in manifests[a]["files"]):

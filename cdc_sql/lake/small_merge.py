@@ -221,8 +221,8 @@ def snapshot_rows(lake: Lake, source, window: Window,
     read together, in split order, so silver's files keep the groups' key ranges. Each stream
     is opened when called (an open reader reads ahead: all of them at once hold too much)."""
     groups: dict[str, list[tuple[int, str]]] = {}
-    for split_id, attempt, watermark in sorted(window.splits.get(source.qualified, ())):
-        groups.setdefault(attempt, []).append((split_id, watermark))
+    for split in sorted(window.splits.get(source.qualified, ())):
+        groups.setdefault(split.attempt, []).append((split.split_id, split.watermark))
     columns = [c.name for c in source.columns]
     path = lake.snapshot_path(source.db, source.name)
 

@@ -75,7 +75,7 @@ def program(name: str) -> list[dict]:
     for n, step in enumerate(steps, 1):
         title = f"{name} step {n}: {step.title}"
         if step.kind == "splits":
-            ops.append({"splits": step.name, "rows": [list(r) for r in step.splits]})
+            ops.append({"splits": step.name, "rows": [list(r.row) for r in step.splits]})
         elif step.kind == "view":
             ops.append({"view": step.name, "sql": step.sql, "args": step.args, "title": title})
         elif step.kind == "append":  # the snapshot rows silver is created with

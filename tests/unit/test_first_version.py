@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from cdc_sql.lake import first_version
+from cdc_sql.lake.state import SplitRef
 
 COLUMNS = "id: int64\n_cdc_offset: string"
 
@@ -18,20 +19,20 @@ reads = st.lists(st.tuples(st.integers(1, 4), st.sampled_from(["w1", "w2", "w3"]
                  min_size=1, max_size=6)
 
 
-def window_splits(groups: list[tuple[int, str]]) -> list[tuple[int, str, str]]:
+def window_splits(groups: list[tuple[int, str]]) -> list[SplitRef]:
     splits, next_id = [], 0
     for n, (size, watermark) in enumerate(groups):
-        splits += [(next_id + i, f"a{n}", watermark) for i in range(size)]
+        splits += [SplitRef(next_id + i, f"a{n}", watermark) for i in range(size)]
         next_id += size
     return splits
 
 
 def manifests_of(splits) -> dict[str, dict]:
     found: dict[str, dict] = {}
-    for split_id, attempt, watermark in splits:
-        entry = found.setdefault(attempt, {"splits": [], "watermark": watermark,
-                                           "columns": COLUMNS, "files": []})
-        entry["splits"].append(split_id)
+    for split in splits:
+        entry = found.setdefault(split.attempt, {"splits": [], "watermark": split.watermark,
+                                                 "columns": COLUMNS, "files": []})
+        entry["splits"].append(split.split_id)
     return found
 
 
@@ -99,9 +100,9 @@ def test_written_files_are_taken_whole_or_a_failed_read_leaves_none(tmp_path):
     assert not (tmp_path / "_first/t/gtid.json").exists()
 
     silver = str(tmp_path / "silver")
-    assert first_version.take(lake, "t", [(0, "good", "w1"), (3, "bad", "w1")], schema,
+    assert first_version.take(lake, "t", [SplitRef(0, "good", "w1"), SplitRef(3, "bad", "w1")], schema,
                               silver) is None
-    actions = first_version.take(lake, "t", [(i, "good", "w1") for i in range(3)], schema,
+    actions = first_version.take(lake, "t", [SplitRef(i, "good", "w1") for i in range(3)], schema,
                                  silver)
     assert len(actions) == 1 and '"numRecords": 3' in actions[0].stats
     assert pq.read_table(f"{silver}/{actions[0].path}").to_pylist()[2] == {
@@ -119,4 +120,4 @@ def test_a_failure_to_write_ahead_leaves_the_read_going_and_nothing_to_take(tmp_
         assert len(list(w.tee(iter(rows)))) == 3  # bronze gets every batch
     assert "will be read from bronze" in caplog.text
     assert not (tmp_path / "_first/t/a").exists() and not (tmp_path / "_first/t/a.json").exists()
-    assert first_version.take(lake, "t", [(0, "a", "w1")], wrong, str(tmp_path / "s")) is None
+    assert first_version.take(lake, "t", [SplitRef(0, "a", "w1")], wrong, str(tmp_path / "s")) is None

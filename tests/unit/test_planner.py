@@ -3,7 +3,7 @@ functions of the checkpoint."""
 from hypothesis import given, strategies as st
 
 from cdc_sql import resnapshot
-from cdc_sql.lake.state import (CaptureEntry, Checkpoint, ResnapshotEntry, SplitEntry,
+from cdc_sql.lake.state import (CaptureEntry, Checkpoint, ResnapshotEntry, SplitEntry, SplitRef,
                                 TableEntry)
 from cdc_sql.planner import Window, chain_merge, next_window
 from cdc_sql.source.offsets import Offset
@@ -34,7 +34,7 @@ def test_the_first_window_waits_for_every_watermark(marks, captured):
         assert window is None
     else:
         assert window.first and window.after == "" and window.upto == at(captured)
-        assert [w for _, _, w in window.splits["db.t"]] == [at(m) for m in marks]
+        assert [s.watermark for s in window.splits["db.t"]] == [at(m) for m in marks]
 
 
 @given(marks=marks, captured=st.integers(0, 600), start=st.integers(1, 9),
@@ -58,7 +58,7 @@ def test_later_windows_take_new_splits_once_capture_passed_them():
     old, new = split(0, 50), split(0, 300, table="db.t2")
     assert next_window(entry, [old, new], capture(200)) is None
     window = next_window(entry, [old, new], capture(400))
-    assert window.splits == {"db.t2": ((0, "a0", at(300)),)} and window.after == at(100)
+    assert window.splits == {"db.t2": (SplitRef(0, "a0", at(300)),)} and window.after == at(100)
     assert next_window(entry, [old], capture(400), idle=True).idle
 
 

@@ -11,6 +11,7 @@ from cdc_sql.config.model import Table
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.lake.small_merge import last_change_per_key, unsuitable
+from cdc_sql.lake.state import SplitRef
 from cdc_sql.planner import Window
 from cdc_sql.source.schema import Column, SourceTable, arrow_type
 
@@ -38,8 +39,8 @@ def facts(source=SOURCE, statements=(), snapshot=None, silver=True, **silver_cha
 CHANGES = Window("00001.000000000004:0", "00001.000000000009:0")
 
 
-FIRST = Window("", "00001.000000000009:0", {"db.t": ((0, "a1", "00001.000000000002:0"),)},
-               first=True)
+FIRST = Window("", "00001.000000000009:0",
+               {"db.t": (SplitRef(0, "a1", "00001.000000000002:0"),)}, first=True)
 
 
 def test_a_plain_window_is_merged_here():

@@ -15,6 +15,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.lake.silver.steps import batch_steps, describe
+from cdc_sql.lake.state import SplitRef
 from cdc_sql.planner import Window
 from cdc_sql.source.schema import Column, SourceTable
 from cdc_sql import sql
@@ -42,8 +43,8 @@ SCENARIOS = {
               projection="SELECT id, UPPER(status) AS status, amount, placed FROM orders "
                          "WHERE amount > 0"),
         [ORDERS], Window("", "000002:000000000100:000000",
-                         {"shop.orders": ((0, "a1", "000001:000000000004:000000"),
-                                         (1, "a2", "000001:000000000090:000000"))},
+                         {"shop.orders": (SplitRef(0, "a1", "000001:000000000004:000000"),
+                                          SplitRef(1, "a2", "000001:000000000090:000000"))},
                          first=True)),
     "later_batch_after_a_rename": (
         Table(name="orders", source="shop.orders"), [ORDERS],
@@ -54,7 +55,8 @@ SCENARIOS = {
     "resnapshot_with_history": (
         Table(name="orders", source="shop.orders", history=True), [ORDERS],
         Window("000002:000000000100:000000", "000003:000000000200:000000",
-               {"shop.orders": ((0, "b1", "000002:000000000300:000000"),)}, replace=True)),
+               {"shop.orders": (SplitRef(0, "b1", "000002:000000000300:000000"),)},
+               replace=True)),
     "soft_deletes_with_a_where": (
         Table(name="orders", source="shop.orders", deletes="soft",
               projection="SELECT id, status, amount, placed FROM orders WHERE amount > 0"),
@@ -62,12 +64,14 @@ SCENARIOS = {
     "soft_deletes_resnapshot": (
         Table(name="orders", source="shop.orders", deletes="soft"), [ORDERS],
         Window("000002:000000000100:000000", "000003:000000000200:000000",
-               {"shop.orders": ((0, "b1", "000002:000000000300:000000"),)}, replace=True)),
+               {"shop.orders": (SplitRef(0, "b1", "000002:000000000300:000000"),)},
+               replace=True)),
     "skipped_deletes_resnapshot_without_a_column": (
         Table(name="orders", source="shop.orders", skip=["delete", "truncate"],
               exclude_columns=["amount"]), [ORDERS],
         Window("000002:000000000100:000000", "000003:000000000200:000000",
-               {"shop.orders": ((0, "b1", "000002:000000000300:000000"),)}, replace=True)),
+               {"shop.orders": (SplitRef(0, "b1", "000002:000000000300:000000"),)},
+               replace=True)),
 }
 RENAME = (("ddl", "000002:000000000150:000000", None,
            "ALTER TABLE orders RENAME COLUMN state TO status"),)

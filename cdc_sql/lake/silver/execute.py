@@ -108,7 +108,8 @@ def execute_step(lake: Lake, step: Step) -> int | None:
     returns its rows when it knows them."""
     spark = lake.spark
     if step.kind is StepKind.SPLITS:
-        spark.createDataFrame(list(step.splits), "split_id INT, attempt STRING, watermark STRING") \
+        spark.createDataFrame([s.row for s in step.splits],
+                              "split_id INT, attempt STRING, watermark STRING") \
             .createOrReplaceTempView(step.name)
     elif step.kind is StepKind.APPEND:
         if not lake.tables.exists(step.name):

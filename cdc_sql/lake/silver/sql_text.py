@@ -89,8 +89,8 @@ def snapshot_rows_sql(plan: SilverPlan, candidates_view: str,
     bronze files, so Sail writes silver's first files with disjoint key ranges and they need no
     clustering (one query mixed the groups' files into partitions that each spanned every key:
     docs/performance.md)."""
-    attempts = sorted({attempt for entries in (window.splits or {}).values()
-                       for _, attempt, _ in entries})
+    attempts = sorted({split.attempt for entries in (window.splits or {}).values()
+                       for split in entries})
     if len(attempts) < 2:
         return render("silver_snapshot_rows", output=", ".join(quote(c) for c in plan.columns),
                       candidates=quote(candidates_view), group=""), {}

@@ -13,6 +13,7 @@ from cdc_sql.lake.silver.sql_text import (binlog_images_sql, candidates_sql, cha
                                           history_merge_sql, history_resnapshot_sql,
                                           history_versions_sql, key_match, merge_sql,
                                           snapshot_images_sql, snapshot_rows_sql)
+from cdc_sql.lake.state import SplitRef
 from cdc_sql.lake.tables import table_ref
 from cdc_sql.planner import Window
 from cdc_sql.sql import quote, render
@@ -42,7 +43,7 @@ class Step:
     kind: StepKind = StepKind.VIEW
     name: str = ""
     args: dict = field(default_factory=dict)
-    splits: tuple = ()       # for a view of done splits: its rows
+    splits: tuple[SplitRef, ...] = ()  # for a view of done splits: its rows
     view: str = ""
     crash_point: str = ""    # faults.point after it
     # A stage that is not needed when every key has one row: the check, and the view then
@@ -174,7 +175,7 @@ def describe(steps: list[Step]) -> str:
     """The steps as `cdc-sql plan` prints them."""
     out = []
     for n, step in enumerate(steps, 1):
-        sql = step.sql.strip() or f"-- rows: {list(step.splits)}"
+        sql = step.sql.strip() or f"-- rows: {[s.row for s in step.splits]}"
         bound = "".join(f"\n--   :{k} = {v!r}" for k, v in step.args.items())
         if step.unique_check:
             sql = (f"{step.unique_check.strip()}\n-- when it is true:\n{step.as_is}\n"
