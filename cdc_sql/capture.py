@@ -209,7 +209,7 @@ class Capture:
         rows = batch.rows
         result.changes += rows
         result.changed_tables.update(f"{db}.{name}" for db, name in batch.tables)
-        result.changed_tables.update(f"{s['db']}.{s['tbl']}" for s in batch.statements)
+        result.changed_tables.update(s.table for s in batch.statements)
         result.batches.append(summary.Batch(phase="capture", rows=rows,
                                             seconds=round(time.monotonic() - started, 3)))
 

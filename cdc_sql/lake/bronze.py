@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from cdc_sql.errors import SourceError
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.tables import table_ref
+from cdc_sql.source.binlog_rows import CapturedStatement
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.rows import META_COLUMNS
 from cdc_sql.source.schema import SourceTable
@@ -148,12 +149,11 @@ def _engine_started(lake: Lake) -> None:
         engine.spark  # noqa: B018 - the wait
 
 
-def append_statements(lake: Lake, statements: list[dict]) -> None:
+def append_statements(lake: Lake, statements: list[CapturedStatement]) -> None:
     """The statements of the captured tables (redacted by the binlog reader)."""
     if statements:
-        lake.tables.append_arrow(lake.statements_path,
-                                 pa.Table.from_pylist(statements, STATEMENTS_SCHEMA).to_batches(),
-                                 STATEMENTS_SCHEMA)
+        rows = pa.Table.from_pylist([vars(s) for s in statements], STATEMENTS_SCHEMA)
+        lake.tables.append_arrow(lake.statements_path, rows.to_batches(), STATEMENTS_SCHEMA)
 
 
 def _merged_schema(current: pa.Schema, incoming: list[pa.Schema], table) -> pa.Schema:

@@ -27,7 +27,7 @@ from cdc_sql.errors import SourceError, is_transient
 from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import failover, mysql, rowdecode_c
 from cdc_sql.source.binlog_protocol import BinlogStream, GtidStart, StreamError
-from cdc_sql.source.binlog_rows import RowEvents
+from cdc_sql.source.binlog_rows import CapturedStatement, RowEvents
 from cdc_sql.source.binlog_statements import Bypass, DdlEvents, PartitionEvents
 from cdc_sql.source.binlog_xa import Held, XaEvents
 from cdc_sql.source.charsets import Charsets, ServerConverter
@@ -114,7 +114,7 @@ class BinlogReader(RowEvents, DdlEvents, PartitionEvents, XaEvents):
         self._decoders: dict[bytes, TableDecoder] = {}
         self._decoding = Decoding(self._new_builder,
                                   parallel=compiled is not False and rowdecode_c.available())
-        self._statements: list[dict] = []
+        self._statements: list[CapturedStatement] = []
         self._gtids: list[str] = []
         self._gtid = ""
         self._ctl = None

@@ -27,12 +27,30 @@ DECODE_ADVICE = ("The run stops here and no table moves past this change; report
                  "without it")
 
 
+@dataclass(frozen=True)
+class CapturedStatement:
+    """A row of bronze/_binlog (lake/bronze.py STATEMENTS_SCHEMA): a DDL, TRUNCATE or partition
+    statement of a captured table, or where its rows changed with foreign_key_checks=0."""
+
+    offset: str
+    db: str
+    tbl: str
+    op: str                    # ddl, truncate, delete, no_fk_checks
+    statement: str
+    commit_ts: dt.datetime
+    gtid: str | None
+
+    @property
+    def table(self) -> str:
+        return f"{self.db}.{self.tbl}"
+
+
 @dataclass
 class Batch:
     """What the builders held: Arrow batches per source table (db, table), DDL statements."""
 
     tables: dict[tuple[str, str], list[pa.RecordBatch]] = field(default_factory=dict)
-    statements: list[dict] = field(default_factory=list)
+    statements: list[CapturedStatement] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -116,11 +134,10 @@ class RowEvents:
         silver must not either (cascades.py). Kept with the statements, by the event's offset."""
         landed = self.skip.get(("", ""))  # statements bronze already holds
         if landed is None or (seq, pos) > (landed.file_seq, landed.pos):
-            self._statements.append({
-                "offset": Offset(seq, pos, 0).text, "db": decoder.db, "tbl": decoder.table,
-                "op": "no_fk_checks", "statement": "",
-                "commit_ts": dt.datetime.fromtimestamp(event.timestamp, _UTC),
-                "gtid": self._gtid})
+            self._statements.append(CapturedStatement(
+                offset=Offset(seq, pos, 0).text, db=decoder.db, tbl=decoder.table,
+                op="no_fk_checks", statement="",
+                commit_ts=dt.datetime.fromtimestamp(event.timestamp, _UTC), gtid=self._gtid))
 
     def _new_builder(self, decoder: TableDecoder):
         needs_source = any(c.text is not None and c.text.kind == "server"

@@ -14,6 +14,7 @@ from cdc_sql.config.model import SHADOW_TABLE
 from cdc_sql.errors import SourceError
 from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import ddl
+from cdc_sql.source.binlog_rows import CapturedStatement
 from cdc_sql.source.binlog_xa import Held
 from cdc_sql.source.offsets import Offset, Position, file_sequence
 from cdc_sql.source.schema import SourceTable, read_table
@@ -182,7 +183,7 @@ class DdlEvents:
         return {captured[key] for key in named if key in captured} | new_matches
 
     def _ddl(self, query: ev.Query, event, touched: set[tuple[str, str]], op: str = "",
-             where: list | None = None) -> dict:
+             where: list | None = None) -> CapturedStatement:
         """A statement's row in bronze/_binlog: `truncate`, `delete` (a partition's rows, the
         statement with the conditions that say which: lake/silver/execute.py) or `ddl`; the statement
         `redacted` (a DEFAULT or COMMENT may hold what the source's owner would not copy into a
@@ -191,11 +192,10 @@ class DdlEvents:
         db, table = next(iter(touched)) if len(touched) == 1 else (query.schema, "")
         text = ddl.redacted(query.statement)  # its literals and comments are the source's
         statement = text if where is None else json.dumps({"statement": text, "where": where})
-        return {"offset": Offset(self._seq(), event.log_pos, 0).text, "db": db,
-                "tbl": table, "op": op or ("truncate" if truncated else "ddl"),
-                "statement": statement,
-                "commit_ts": dt.datetime.fromtimestamp(event.timestamp, _UTC),
-                "gtid": self._gtid}
+        return CapturedStatement(
+            offset=Offset(self._seq(), event.log_pos, 0).text, db=db, tbl=table,
+            op=op or ("truncate" if truncated else "ddl"), statement=statement,
+            commit_ts=dt.datetime.fromtimestamp(event.timestamp, _UTC), gtid=self._gtid)
 
 
 class PartitionEvents:
