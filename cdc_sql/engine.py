@@ -36,6 +36,14 @@ MODES = ENGINE_MODES  # the one list, in the config model
 
 
 _BOOTING = threading.Lock()  # an engine that starts on first use starts once
+IN_PROCESS = ("sail", "local")  # modes whose engine runs in this process
+
+
+def in_process(mode: str) -> bool:
+    """Whether the engine of `mode` runs in this process, so shares this machine's file system
+    and object-store settings (then delta-rs may carry out the lake's table operations:
+    lake/tables.py); `remote` and `active` engines may run anywhere."""
+    return mode in IN_PROCESS
 
 
 @dataclass

@@ -30,6 +30,7 @@ from typing import Callable, ContextManager, Iterable, Protocol
 import pyarrow as pa
 
 from cdc_sql.lake.parquet_files import ROW_GROUP_ROWS
+from cdc_sql.engine import in_process
 from cdc_sql.location import Location
 from cdc_sql.sql import quote, string_literal
 
@@ -50,7 +51,7 @@ WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly"}  # delta-rs write
 
 def choose(engine_mode: str, path: str) -> str:
     """'delta-rs' or 'spark': who carries out table operations for tables under `path`."""
-    if engine_mode not in ("sail", "local"):
+    if not in_process(engine_mode):
         return "spark"
     place = Location.of(path)
     return "delta-rs" if place.local or place.object_store else "spark"
