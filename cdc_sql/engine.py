@@ -192,10 +192,11 @@ def _column_mapping(df) -> dict:
 
 
 class SailEngine(Engine):
-    """Sail (0.7): a Spark Connect server in Rust with its own Delta Lake. It has no ALTER
-    TABLE ADD COLUMNS (columns are added by a schema-merging append), OPTIMIZE, VACUUM or
-    DESCRIBE HISTORY (delta-rs does maintenance and reads history where it reaches the lake),
-    no catalog but its session's, and time travel that fails below its last checkpoint."""
+    """Sail: a Spark Connect server in Rust with its own Delta Lake. It has no ALTER TABLE ADD
+    COLUMNS (columns are added by a schema-merging append), OPTIMIZE, VACUUM or DESCRIBE
+    HISTORY (delta-rs does maintenance and reads history where it reaches the lake), no catalog
+    but its session's, and time travel that fails below its last checkpoint (docs/engines.md,
+    "Sail differences", says which version these were measured on)."""
 
     kind = "sail"
     describes_history = False

@@ -307,14 +307,14 @@ class DeltaRsTables(DeltaRsWrites):
 
         options = {}
         with self._table(path) as table:
-            if Location.of(path).local:  # pyarrow's own file system: 1.6x delta-rs's here
+            if Location.of(path).local:  # pyarrow's own file system reads faster than delta-rs's
                 from pyarrow.dataset import ParquetFragmentScanOptions
                 from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
 
                 dataset = table.to_pyarrow_dataset(
                     filesystem=SubTreeFileSystem(str(path), LocalFileSystem()))
-                # no coalesced read-ahead of row groups on a local disk: a 10M-row copy held
-                # 156 MB instead of 270 MB, and ran no slower
+                # no coalesced read-ahead of row groups on a local disk: far less memory, no
+                # slower (docs/performance.md, "Measurements behind the code")
                 options["fragment_scan_options"] = ParquetFragmentScanOptions(pre_buffer=False)
             else:
                 dataset = table.to_pyarrow_dataset()

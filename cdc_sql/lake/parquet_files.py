@@ -1,8 +1,8 @@
 """Parquet files written here and committed to a local Delta table as one commit of add actions.
 
-delta-rs's own writer holds about 1 GB to write 10M rows, and Sail's as much; and it takes twice
-the CPU of pyarrow's (docs/performance.md, "Measurements behind the code"), which a snapshot,
-sharing the machine's cores with the server, feels in full. A
+delta-rs's own writer holds a large table's worth of memory to write it, and Sail's as much; and
+it takes more CPU than pyarrow's (docs/performance.md, "Measurements behind the code"), which a
+snapshot, sharing the machine's cores with the server, feels in full. A
 writer per stream, here, holds one row group; streams are written in parallel (pyarrow releases
 the GIL), each into files of about TARGET_ROWS rows, and the files become visible together in
 one commit, as a delta-rs write would make them: the commit that creates a table
@@ -30,11 +30,10 @@ import pyarrow.parquet as pq
 
 ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see tables.writer_properties
 TARGET_ROWS = 2_000_000
-# DICTIONARY: only for cdc-sql's columns that repeat one value per split (offset, op, time).
-# Measured on 2M rows of the 7-column benchmark table: 0.87 s and 57 MB with pyarrow's default
-# dictionary encoding of every column, 0.37 s and 39 MB with none (LZ4 caught the repeats);
-# with the three repeating columns' rows added, 0.41-0.46 s with none, 0.36 s with those three.
-# Bronze's snapshot tags repeat one value per read of splits likewise.
+# DICTIONARY: only for cdc-sql's columns that repeat one value per split (offset, op, time):
+# dictionary encoding of every column was slower and larger than none, and none but these the
+# quickest (docs/performance.md, "Measurements behind the code"). Bronze's snapshot tags repeat
+# one value per read of splits likewise.
 REPEATING = ("_cdc_offset", "_cdc_op", "_cdc_ts", "_cdc_split_id", "_cdc_attempt",
              "_cdc_watermark", "_cdc_read_at")
 

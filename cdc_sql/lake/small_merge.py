@@ -42,14 +42,14 @@ from cdc_sql.source.rows import META_COLUMNS
 
 log = logging.getLogger("cdc_sql")
 MEMORY_BUDGET = 512 * 2**20
-# Measured (delta-rs 1.6, 7-column tables): a window's changes take 3-4x their Parquet bytes in
-# Arrow; a MERGE holds 5-9x the Parquet bytes of the silver table it rewrites (250k changes into
-# 43 MB of silver: 380 MB; into 210 MB: 1.5 GB).
+# A window's changes take a few times their Parquet bytes in Arrow, and a MERGE holds several
+# times the Parquet bytes of the silver table it rewrites: these factors are the highest measured
+# (docs/performance.md, "Measurements behind the code").
 ARROW_PER_PARQUET_BYTE = 4
 MERGE_PER_SILVER_BYTE = 9
-# In an object store, past it, the engine writes silver's first version faster, on every core
-# (2M rows, 85 MB in bronze: Sail 0.8 s, one delta-rs stream 1.2 s; 500k rows, even); below
-# it, a table costs delta-rs milliseconds where the engine takes a quarter of a second. Local
+# In an object store, past it, the engine writes silver's first version faster, on every core;
+# below it, a table costs delta-rs milliseconds where the engine takes a round trip or more
+# (docs/performance.md, "Measurements behind the code"). Local
 # tables are written in parallel here (lake/parquet_files.py), at any size.
 SNAPSHOT_BYTES = 16 * 2**20
 

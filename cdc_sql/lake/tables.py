@@ -46,7 +46,7 @@ STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
 SMALL_APPEND = 2**20  # a list of batches of fewer bytes is appended by delta-rs's writer
 STATS_PREFIX = 64  # characters of a string bound kept in file statistics (delta-rs's default)
 COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
-WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly"}  # delta-rs writes these (1.6)
+WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly"}  # delta-rs writes these
 
 
 def choose(engine_mode: str, path: str) -> str:
@@ -104,7 +104,7 @@ def clustered(files: list[tuple] | None, target_bytes: int = 0) -> bool:
     None (no statistics) is not clustered. Numeric keys may overlap at the edges of neighbouring
     files, by a quarter of the smaller range at most: Sail spreads the record batches of one
     bronze file over its partitions, so the files it writes from one group of splits overlap
-    their neighbour by a batch or two (measured: 10M rows, 11 files)."""
+    their neighbour by a batch or two."""
     if files is None:
         return False
     ordered = sorted(files)
@@ -214,7 +214,7 @@ def append_with_delta_rs(table, batches: Iterable[pa.RecordBatch], schema: pa.Sc
 def stats_configuration(schema: pa.Schema) -> dict | None:
     """Which columns get file statistics, when Delta's default (the first 32) will not do:
 
-    - decimals wider than 64 bits get none: delta-rs 1.6 writes their min/max clamped to
+    - decimals wider than 64 bits get none: delta-rs writes their min/max clamped to
       2^63-1, which breaks data skipping, and Sail then even reads a column whose min
       equals its max as that wrong value (docs/engines.md); nor do columns
       of types Delta Spark keeps no statistics of (`_skipping_type`);

@@ -1,12 +1,13 @@
 """Reading one snapshot split: a safe watermark first, then the rows as Arrow batches.
 
 Two readers, same rows, same types:
-- `native` (default when every column allows it): connectorx, in Rust, Arrow out, about 7x the
-  rows/s of pymysql. It opens its own connection, so the watermark is the consistent-snapshot
-  position read *before* its SELECT starts: every transaction at or before it is visible to the
-  SELECT; later ones may be too, and replaying them over the rows is harmless (docs/architecture.md).
-  Columns a native reader would get wrong are cast in the SELECT (DECIMAL and TIME as text, zero
-  dates as NULL) and restored to the contract types in Arrow.
+- `native` (default when every column allows it): connectorx, in Rust, Arrow out, several times
+  the rows/s of pymysql (docs/performance.md). It opens its own connection, so the watermark is
+  the consistent-snapshot position read *before* its SELECT starts: every transaction at or
+  before it is visible to the SELECT; later ones may be too, and replaying them over the rows
+  is harmless (docs/architecture.md). Columns a native reader would get wrong are cast in the
+  SELECT (DECIMAL and TIME as text, zero dates as NULL) and restored to the contract types in
+  Arrow.
 - `pymysql`: an unbuffered cursor inside the consistent-snapshot transaction itself (exact), with
   per-value normalization; for the column types the native path does not cover yet. FLOAT is
   read as the DOUBLE it widens to: the text protocol prints a FLOAT with six significant
