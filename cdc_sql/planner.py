@@ -23,8 +23,24 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from cdc_sql.lake.state import CaptureEntry, SplitEntry, SplitRef, TableEntry
+from cdc_sql.lake.state import CaptureEntry, SplitEntry, TableEntry
 from cdc_sql.source.offsets import Position
+
+
+@dataclass(frozen=True, order=True)
+class SplitRef:
+    """A done split as a silver window carries it: which bronze rows are its own (its id, and
+    the attempt that wrote them) and the watermark they stand at."""
+
+    split_id: int
+    attempt: str | None
+    watermark: str | None
+
+    @property
+    def row(self) -> tuple[int, str | None, str | None]:
+        """As a row of the done-splits view (split_id INT, attempt STRING, watermark STRING)."""
+        return self.split_id, self.attempt, self.watermark
+
 
 Splits = dict[str, tuple[SplitRef, ...]]  # source table -> its done splits
 
@@ -44,7 +60,7 @@ def done_splits(splits: list[SplitEntry]) -> Splits:
     """Split entries as a window carries them: per source table, in split order."""
     found: dict[str, list[SplitRef]] = {}
     for s in sorted(splits, key=lambda s: (s.source_table, s.split_id)):
-        found.setdefault(s.source_table, []).append(s.ref)
+        found.setdefault(s.source_table, []).append(SplitRef(s.split_id, s.attempt, s.watermark))
     return {table: tuple(entries) for table, entries in found.items()}
 
 

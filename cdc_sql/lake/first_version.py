@@ -34,7 +34,7 @@ import pyarrow as pa
 from cdc_sql.errors import out_of_space
 from cdc_sql.lake import parquet_files
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.state import SplitRef
+from cdc_sql.planner import SplitRef
 
 log = logging.getLogger("cdc_sql")
 MANIFEST = "{attempt}.json"

@@ -112,21 +112,6 @@ def _each(kinds: frozenset, items: Callable | None) -> Callable:
     return lambda v: type(v) in kinds and (items is None or all(map(items, v)))
 
 
-@dataclass(frozen=True, order=True)
-class SplitRef:
-    """A done split as a silver window carries it: which bronze rows are its own (its id, and
-    the attempt that wrote them) and the watermark they stand at."""
-
-    split_id: int
-    attempt: str | None
-    watermark: str | None
-
-    @property
-    def row(self) -> tuple[int, str | None, str | None]:
-        """As a row of the done-splits view (split_id INT, attempt STRING, watermark STRING)."""
-        return self.split_id, self.attempt, self.watermark
-
-
 @dataclass(frozen=True)
 class SplitEntry(Entry):
     """One snapshot split: planned, then done with its rows' attempt and watermark.
@@ -172,10 +157,6 @@ class SplitEntry(Entry):
     @property
     def split(self) -> Split:
         return Split.from_json(self.to_json())
-
-    @property
-    def ref(self) -> SplitRef:
-        return SplitRef(self.split_id, self.attempt, self.watermark)
 
     @classmethod
     def planned(cls, split: Split) -> "SplitEntry":

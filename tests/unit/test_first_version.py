@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from cdc_sql.lake import first_version
-from cdc_sql.lake.state import SplitRef
+from cdc_sql.planner import SplitRef
 
 COLUMNS = "id: int64\n_cdc_offset: string"
 

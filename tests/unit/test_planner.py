@@ -3,9 +3,9 @@ functions of the checkpoint."""
 from hypothesis import given, strategies as st
 
 from cdc_sql import resnapshot
-from cdc_sql.lake.state import (CaptureEntry, Checkpoint, ResnapshotEntry, SplitEntry, SplitRef,
+from cdc_sql.lake.state import (CaptureEntry, Checkpoint, ResnapshotEntry, SplitEntry,
                                 TableEntry)
-from cdc_sql.planner import Window, chain_merge, next_window
+from cdc_sql.planner import SplitRef, Window, chain_merge, next_window
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.splits import Split
 

@@ -15,8 +15,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.lake.silver.steps import batch_steps, describe
-from cdc_sql.lake.state import SplitRef
-from cdc_sql.planner import Window
+from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.schema import Column, SourceTable
 from cdc_sql import sql
 from cdc_sql.sql import render, template

@@ -13,9 +13,8 @@ from cdc_sql.lake.silver.sql_text import (binlog_images_sql, candidates_sql, cha
                                           history_merge_sql, history_resnapshot_sql,
                                           history_versions_sql, key_match, merge_sql,
                                           snapshot_images_sql, snapshot_rows_sql)
-from cdc_sql.lake.state import SplitRef
 from cdc_sql.lake.tables import table_ref
-from cdc_sql.planner import Window
+from cdc_sql.planner import SplitRef, Window
 from cdc_sql.sql import quote, render
 
 
