@@ -32,18 +32,19 @@ from cdc_sql.lake.tables import COMMIT_RETRIES, append_with_delta_rs
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable
 from cdc_sql.source.snapshot import read_splits
-from cdc_sql.source.splits import Split
+from cdc_sql.source.splits import SplitGroup
 from cdc_sql.source.watermarks import binary_log_status
 
 Writer = Callable[[SourceTable, Iterable[pa.RecordBatch], str, str, dt.datetime],
                   dict[int, int]]
 
 
-def land_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
-                write: Writer, base: int = 0) -> list[SplitEntry]:
+def land_splits(source, group: SplitGroup, mariadb: bool, write: Writer,
+                base: int = 0) -> list[SplitEntry]:
     """Read consecutive splits into bronze with `write`; returns their `done` state entries.
     `base`: what the source's binlog file numbers get in offsets (source/failover.py)."""
     attempt = uuid.uuid4().hex[:12]
+    table, splits = group.table, group.splits
     read = read_splits(source, table, splits, mariadb, reader=source.snapshot_reader)
     read_at = dt.datetime.now(dt.timezone.utc)
     watermark = dataclasses.replace(read.watermark.position, base=base)
@@ -70,7 +71,7 @@ def _binlog_end(source):
 
 
 # -- as Spark tasks -----------------------------------------------------------------------------
-def land_as_spark_tasks(lake: Lake, source, jobs: list[tuple[SourceTable, list[Split]]],
+def land_as_spark_tasks(lake: Lake, source, jobs: list[SplitGroup],
                         mariadb: bool, base: int = 0) -> list[SplitEntry]:
     """Land every group of splits in its own Spark task; returns their state entries."""
     groups = lake.spark.createDataFrame([(i,) for i in range(len(jobs))], "job INT")
@@ -79,7 +80,7 @@ def land_as_spark_tasks(lake: Lake, source, jobs: list[tuple[SourceTable, list[S
     return [SplitEntry.from_json("", json.loads(row["entry"])) for row in landed]
 
 
-def _task(root: str, source, jobs: list[tuple[SourceTable, list[Split]]], mariadb: bool,
+def _task(root: str, source, jobs: list[SplitGroup], mariadb: bool,
           base: int):
     """What each executor runs over its part of the split list. It carries the source settings
     (the password too) as Spark's own JDBC reader does; they are never logged."""
@@ -88,7 +89,7 @@ def _task(root: str, source, jobs: list[tuple[SourceTable, list[Split]]], mariad
         lake = Lake(None, root, _ExecutorTables())
         for batch in batches:
             entries = [json.dumps(entry.to_json()) for job in batch.column("job").to_pylist()
-                       for entry in land_splits(source, *jobs[job], mariadb, _writer(lake),
+                       for entry in land_splits(source, jobs[job], mariadb, _writer(lake),
                                                      base)]
             yield pa.RecordBatch.from_arrays([pa.array(entries, pa.string())], names=["entry"])
 

@@ -21,7 +21,7 @@ from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_splits
 from cdc_sql.source import mysql
 from cdc_sql.source.preflight import SourceView
 from cdc_sql.source.schema import SourceTable
-from cdc_sql.source.splits import Split, group_splits, plan_splits, table_size
+from cdc_sql.source.splits import SplitGroup, group_splits, plan_splits, table_size
 from cdc_sql.source.watermarks import binary_log_status
 
 log = logging.getLogger("cdc_sql")
@@ -56,29 +56,29 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
                                [s.split_id for s in unfinished[table.qualified]])
 
     tables.each(prepare, pending_tables)
-    pending = [(table, group) for table in pending_tables for group in (
+    pending = [SplitGroup(table, group) for table in pending_tables for group in (
         [sorted(unfinished[table.qualified], key=lambda s: s.split_id)]
         if table.qualified in whole else
         group_splits(unfinished[table.qualified], sizes[table.qualified], source.parallelism))]
     levels = snapshot_levels(plans)  # cascades set off cascades: parents first
     firsts = route.written_ahead(run.lake, plans) if pending else {}
     rows = 0
-    for level in sorted({levels.get(table.qualified, 0) for table, _ in pending}):
-        rows += _read_pending(run, view, [(table, group) for table, group in pending
-                                          if levels.get(table.qualified, 0) == level],
-                                   firsts, engine_early)
+    for level in sorted({levels.get(g.table.qualified, 0) for g in pending}):
+        rows += _read_pending(run, view, [g for g in pending
+                                          if levels.get(g.table.qualified, 0) == level],
+                              firsts, engine_early)
     return rows
 
 
-def _read_pending(run: Run, view: SourceView, pending: list[tuple[SourceTable, list[Split]]],
+def _read_pending(run: Run, view: SourceView, pending: list[SplitGroup],
                   firsts: dict[str, list[first_version.Target]], engine_early: bool) -> int:
     if run.pipeline.source.snapshot_runner == "spark":
         return _land_as_spark_tasks(run, view, pending)
-    progress = Progress("snapshot", sum(len(group) for _, group in pending))
+    progress = Progress("snapshot", sum(len(g.splits) for g in pending))
     with ThreadPoolExecutor(run.pipeline.source.parallelism, "split") as pool:
-        futures = [pool.submit(_read_splits, run, view, table, group, progress,
-                               firsts.get(table.qualified, []))
-                   for table, group in pending]
+        futures = [pool.submit(_read_splits, run, view, g, progress,
+                               firsts.get(g.table.qualified, []))
+                   for g in pending]
         start_early(run.lake, engine_early)  # while the readers wait on the source
         entries = record_as_done(run.state, futures)
     progress.finish()
@@ -108,27 +108,26 @@ def _prepare_resnapshots(run: Run, view: SourceView, checkpoint: Checkpoint) -> 
     return run.state.load()
 
 
-def _read_splits(run: Run, view: SourceView, table: SourceTable, splits: list[Split],
-                 progress: Progress, firsts: list[first_version.Target]
-                 ) -> list[SplitEntry]:
+def _read_splits(run: Run, view: SourceView, group: SplitGroup, progress: Progress,
+                 firsts: list[first_version.Target]) -> list[SplitEntry]:
     """A group of splits into bronze (and into silver's first version, lake/
     first_version.py); returns their state entries."""
     if run.stop.is_set():  # SIGTERM: splits not started wait for the next run
         return []
 
     def write(table, batches, attempt, offset, read_at) -> dict[int, int]:
-        with first_version.Writer(firsts, attempt, [s.split_id for s in splits], offset,
-                                  read_at) as first:
+        with first_version.Writer(firsts, attempt, [s.split_id for s in group.splits],
+                                  offset, read_at) as first:
             return bronze.write_splits(run.lake, table, first.tee(batches), attempt,
                                        offset, read_at, on_batch=progress.add_rows)
 
-    entries = land_splits(run.pipeline.source, table, splits, view.mariadb, write, view.base)
+    entries = land_splits(run.pipeline.source, group, view.mariadb, write, view.base)
     progress.split_done(len(entries))
     return entries
 
 
 def _land_as_spark_tasks(run: Run, view: SourceView,
-                         pending: list[tuple[SourceTable, list[Split]]]) -> int:
+                         pending: list[SplitGroup]) -> int:
     """One Spark task per group of splits; state records them together when the job is
     done."""
     started = time.monotonic()

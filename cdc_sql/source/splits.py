@@ -110,6 +110,15 @@ def split_rows(estimated_rows: int, row_bytes: int, parallelism: int) -> int:
     return max(MIN_SPLIT_ROWS, min(by_size, by_readers, MAX_SPLIT_ROWS))
 
 
+@dataclass(frozen=True)
+class SplitGroup:
+    """Consecutive splits of one table that one reader reads together (`group_splits`): one
+    consistent read, one query, one bronze commit."""
+
+    table: SourceTable
+    splits: list[Split]
+
+
 def group_splits(splits: list[Split], estimated_rows: int, parallelism: int) -> list[list[Split]]:
     """Consecutive pending splits of one table, in groups a reader reads in one consistent
     snapshot with one query and lands in one commit: the fixed cost of a read (connections, the
