@@ -16,7 +16,7 @@ from cdc_sql.config.model import Table
 from cdc_sql.lake import bronze, semantics
 from cdc_sql.lake.silver.merge import merge_window
 from cdc_sql.lake.silver.plan import plan_silver
-from cdc_sql.planner import Window
+from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.offsets import Offset
 from tests.property import test_merge_rules
 from tests.property.test_merge_rules import (TABLE, TS, binlog_rows, boundary, drawn_splits,
@@ -103,7 +103,7 @@ def test_silver_equals_the_model_on_both_merge_paths(engine, new_lake, monkeypat
     bounds, marks = drawn_splits(data, last)
     reads = [data.draw(st.integers(mark, last)) for mark in marks]
     plan = plan_silver(Table(name="t", source="db.t", **SEMANTICS[kind]), [TABLE], "p.yaml", 0)
-    done = {"db.t": tuple((i, "a1", boundary(mark)) for i, mark in enumerate(marks))}
+    done = {"db.t": tuple(SplitRef(i, "a1", boundary(mark)) for i, mark in enumerate(marks))}
     lakes = [new_lake(), new_lake()]  # in this process, by the engine
     for lake in lakes:
         land(lake, model, txns, bounds, marks, reads)
@@ -136,7 +136,7 @@ def test_a_soft_deleted_row_is_revived_and_history_is_unchanged(engine, new_lake
     land_changes(lake, binlog_rows(txns, -1))
     plan = plan_silver(Table(name="t", source="db.t", history=True, **SEMANTICS[kind]), [TABLE],
                        "p.yaml", 0)
-    first = Window("", boundary(-1), {"db.t": ((0, "a1", boundary(-1)),)}, first=True,
+    first = Window("", boundary(-1), {"db.t": (SplitRef(0, "a1", boundary(-1)),)}, first=True,
                    history_start=boundary(-1))
     merge_window(lake, plan, first)
     merge_window(lake, plan, Window(boundary(-1), boundary(0)))
@@ -177,7 +177,7 @@ def test_a_resnapshot_keeps_what_the_semantics_keep(engine, new_lake, kind, data
     bronze.ensure_statements_table(lake)
     bronze.ensure_changes_table(lake, TABLE)
     plan = plan_silver(Table(name="t", source="db.t", **SEMANTICS[kind]), [TABLE], "p.yaml", 0)
-    merge_window(lake, plan, Window("", before, {"db.t": ((0, "old", before),)}, first=True))
+    merge_window(lake, plan, Window("", before, {"db.t": (SplitRef(0, "old", before),)}, first=True))
     window, start, bounds, marks, reads = land_resnapshot(lake, data, model, txns, last)
     want = expected(kind, initial, txns, bounds, marks, reads, last, start)
     for key, value in old.items():  # old rows the re-snapshot does not find

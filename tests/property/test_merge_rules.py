@@ -22,7 +22,7 @@ from cdc_sql.lake import bronze
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.merge import merge_window
 from cdc_sql.lake.silver.plan import plan_silver
-from cdc_sql.planner import Window
+from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.schema import Column, SourceTable
 
@@ -193,7 +193,7 @@ def test_silver_equals_model_after_every_batch(engine, new_lake, data, history):
                        [TABLE], "prop.yaml", 0)
     silver_only = plan_silver(Table(name="t", source="db.t", projection=projection), [TABLE],
                               "prop.yaml", 0)
-    done = {"db.t": tuple((i, "a1", boundary(mark)) for i, mark in enumerate(marks))}
+    done = {"db.t": tuple(SplitRef(i, "a1", boundary(mark)) for i, mark in enumerate(marks))}
 
     def expected_silver(u):
         return {k: v for k, v in model[u].items() if kept(v)}
@@ -266,9 +266,9 @@ def test_an_older_window_never_overwrites_a_newer_row(engine, new_lake):
     bronze.ensure_statements_table(lake)
     land_changes(lake, binlog_rows(txns, -1))
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
-    merge_window(lake, plan, first_window(boundary(0), [(0, "a1", boundary(-1))]))
+    merge_window(lake, plan, first_window(boundary(0), [SplitRef(0, "a1", boundary(-1))]))
     merge_window(lake, plan, Window(boundary(0), boundary(1)))
-    merge_window(lake, plan, first_window(boundary(0), [(0, "a1", boundary(-1))]))  # stale replay
+    merge_window(lake, plan, first_window(boundary(0), [SplitRef(0, "a1", boundary(-1))]))  # stale replay
     assert_silver(lake, {1: "new", 2: "s2"})
 
 
@@ -292,7 +292,7 @@ def test_the_first_batch_writes_snapshot_rows_and_merges_only_changes(engine, ne
     bronze.ensure_statements_table(lake)
     land_changes(lake, binlog_rows(txns, -1))
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
-    window = first_window(boundary(2), [(0, "a1", boundary(0))])
+    window = first_window(boundary(2), [SplitRef(0, "a1", boundary(0))])
     merge_window(lake, plan, window)
 
     created = DeltaTable(lake.silver_path("t"), version=0).to_pyarrow_table()
@@ -317,7 +317,7 @@ def land_resnapshot(lake, data, model, txns, last: int):
         bronze.write_splits(lake, TABLE, [split_rows([k for k, _ in rows], [v for _, v in rows],
                                                      split_id)], "new", boundary(mark), TS)
     land_changes(lake, binlog_rows(txns, start))
-    done = {"db.t": tuple((i, "new", boundary(mark)) for i, mark in enumerate(marks))}
+    done = {"db.t": tuple(SplitRef(i, "new", boundary(mark)) for i, mark in enumerate(marks))}
     return Window(boundary(start), boundary(last), done, replace=True), start, bounds, marks, reads
 
 
@@ -340,7 +340,7 @@ def test_a_resnapshot_replaces_any_silver_with_the_model(engine, new_lake, data,
     bronze.ensure_statements_table(lake)
     bronze.ensure_changes_table(lake, TABLE)
     plan = plan_silver(Table(name="t", source="db.t", history=True), [TABLE], "prop.yaml", 0)
-    merge_window(lake, plan, Window("", before, {"db.t": ((0, "old", before),)}, first=True,
+    merge_window(lake, plan, Window("", before, {"db.t": (SplitRef(0, "old", before),)}, first=True,
                                     history_start=before))
     assert_silver(lake, old)
 
@@ -379,7 +379,7 @@ def test_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lake, mon
     last = len(txns) - 1
     bounds, marks = drawn_splits(data, last)
     plan = plan_silver(Table(name="t", source="db.t"), [TABLE], "prop.yaml", 0)
-    done = {"db.t": tuple((i, "a1", boundary(mark)) for i, mark in enumerate(marks))}
+    done = {"db.t": tuple(SplitRef(i, "a1", boundary(mark)) for i, mark in enumerate(marks))}
     lakes = [new_lake(), new_lake()]  # in this process, by the engine
     for lake in lakes:
         bronze.ensure_snapshot_table(lake, TABLE)
