@@ -14,9 +14,10 @@ import threading
 from dataclasses import replace
 
 from cdc_sql import engine
+from cdc_sql.config import layout
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
-from cdc_sql.errors import CdcError, redacted
+from cdc_sql.errors import CdcError, ConfigError, redacted
 from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
@@ -191,8 +192,14 @@ def _sql_only_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine(args, pipeline: Pipeline):
-    return engine.start(args.engine or pipeline.engine.mode,
-                        args.engine_url or pipeline.engine.url)
+    mode = args.engine or pipeline.engine.mode
+    for i, spec in enumerate(pipeline.tables):
+        refusal = layout.engine_refusal(spec, mode)
+        if refusal is not None:
+            key = f"tables[{i}].change_data_feed" if not pipeline.target.change_data_feed \
+                else "target.change_data_feed"
+            raise ConfigError(refusal, pipeline.file, key)
+    return engine.start(mode, args.engine_url or pipeline.engine.url)
 
 
 def _validate(args) -> int:
@@ -242,6 +249,7 @@ def _plan(args) -> int:
         for plan in silver_plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
             print(_route(plan, lake, args.engine or pipeline.engine.mode))
+            print(f"-- layout: {layout.describe(plan.spec, plan.key)}")
             for table in plan.sources:
                 splits = plan_splits(cur, table, pipeline.source.chunk_size,
                                      pipeline.source.parallelism)
