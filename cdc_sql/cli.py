@@ -192,6 +192,11 @@ def _sql_only_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine(args, pipeline: Pipeline):
+    return engine.start(_engine_mode(args, pipeline), args.engine_url or pipeline.engine.url)
+
+
+def _engine_mode(args, pipeline: Pipeline) -> str:
+    """The engine's mode, once it is known to write every table's layout."""
     mode = args.engine or pipeline.engine.mode
     for i, spec in enumerate(pipeline.tables):
         refusal = layout.engine_refusal(spec, mode)
@@ -199,7 +204,7 @@ def _engine(args, pipeline: Pipeline):
             key = f"tables[{i}].change_data_feed" if not pipeline.target.change_data_feed \
                 else "target.change_data_feed"
             raise ConfigError(refusal, pipeline.file, key)
-    return engine.start(mode, args.engine_url or pipeline.engine.url)
+    return mode
 
 
 def _validate(args) -> int:
@@ -293,6 +298,7 @@ def _run(args) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    _engine_mode(args, pipeline)  # refused before the lake is touched
     with target_lock(pipeline.root, "run", on_lost=stop.set):
         engine = _engine(args, pipeline)
         try:
