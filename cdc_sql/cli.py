@@ -17,7 +17,7 @@ from cdc_sql import engine
 from cdc_sql.config import layout
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
-from cdc_sql.errors import CdcError, ConfigError, redacted
+from cdc_sql.errors import CdcError, redacted
 from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
@@ -198,12 +198,7 @@ def _engine(args, pipeline: Pipeline):
 def _engine_mode(args, pipeline: Pipeline) -> str:
     """The engine's mode, once it is known to write every table's layout."""
     mode = args.engine or pipeline.engine.mode
-    for i, spec in enumerate(pipeline.tables):
-        refusal = layout.engine_refusal(spec, mode)
-        if refusal is not None:
-            key = f"tables[{i}].change_data_feed" if not pipeline.target.change_data_feed \
-                else "target.change_data_feed"
-            raise ConfigError(refusal, pipeline.file, key)
+    layout.check_engine(pipeline, mode)
     return mode
 
 

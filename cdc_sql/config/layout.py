@@ -10,6 +10,8 @@ makes silver refuse a MERGE's updates and deletes, is refused when the file is r
 """
 from __future__ import annotations
 
+from cdc_sql.errors import ConfigError
+
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 
 # Delta properties known to change only retention, file sizes, checkpoints or statistics.
@@ -93,3 +95,14 @@ def engine_refusal(spec, engine_kind: str) -> str | None:
     if spec.change_data_feed and engine_kind == "sail":
         return SAIL_CANNOT_WRITE_CDF
     return None
+
+
+def check_engine(pipeline, engine_mode: str) -> None:
+    """Stop, naming the key, when the engine cannot write some table's layout: before the
+    lake is touched (the CLI, before its lock; a Runner, before its run)."""
+    for i, spec in enumerate(pipeline.tables):
+        refusal = engine_refusal(spec, engine_mode)
+        if refusal is not None:
+            key = "target.change_data_feed" if pipeline.target.change_data_feed else \
+                f"tables[{i}].change_data_feed"
+            raise ConfigError(refusal, pipeline.file, key)

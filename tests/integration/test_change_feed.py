@@ -166,6 +166,26 @@ def test_every_write_path_records_what_the_source_did(mariadb, database, engine,
     assert_feed_rebuilds(engine, history_path(pipeline, "e"), ("id", "_cdc_valid_from"))
 
 
+@pytest.mark.skipif(not on_jvm(), reason="Sail 0.7 cannot write a change data feed")
+def test_a_widening_rewrites_silver_in_the_feed(mariadb, database, engine, make_pipeline):
+    """A widened column (INT to BIGINT) rewrites silver in one commit: every row deleted with
+    the old type and inserted with the new one, the feed still on and readable across it."""
+    mariadb.execute("CREATE TABLE w (id INT PRIMARY KEY, n INT)",
+                    "INSERT INTO w SELECT seq, seq FROM seq_1_to_50", db=database)
+    pipeline = make_pipeline(f"- name: w\n  source: {database}.w\n  change_data_feed: true\n")
+    run(pipeline, engine)
+    cut = versions(pipeline, "w")
+    mariadb.execute("ALTER TABLE w MODIFY n BIGINT", "UPDATE w SET n = 2 * n WHERE id = 1",
+                    db=database)
+    run(pipeline, engine)
+    path = silver_path(pipeline, "w")
+    assert DeltaTable(path).metadata().configuration["delta.enableChangeDataFeed"] == "true"
+    assert changes(feed(engine, path, cut["w"])) == \
+        of("delete", *range(1, 51)) + of("insert", *range(1, 51)) + updated(1)
+    assert_silver_equals(engine, pipeline, "w", mariadb, f"SELECT * FROM {database}.w")
+    assert_feed_rebuilds(engine, path, ("id",))
+
+
 LAYOUT_TABLES = """
 - name: p
   source: {db}.p

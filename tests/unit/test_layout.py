@@ -113,3 +113,16 @@ def test_a_change_data_feed_on_sail_is_refused_before_the_engine_starts(tmp_path
         cli._engine(argparse.Namespace(engine=None, engine_url=None), pipeline)
     assert info.value.path == key and "Sail 0.7 cannot write" in str(info.value)
     assert layout.engine_refusal(pipeline.tables[0], "local") is None
+
+
+def test_a_runner_refuses_a_change_data_feed_on_sail_before_opening_the_lake(tmp_path):
+    from types import SimpleNamespace
+
+    from cdc_sql.run.runner import Runner
+
+    pipeline = load_pipeline(write(tmp_path, GOOD + "    change_data_feed: true\n"),
+                             environ={"PW": "x"})
+    with pytest.raises(ConfigError) as info:
+        Runner(pipeline, SimpleNamespace(mode="sail"))
+    assert info.value.path == "tables[0].change_data_feed"
+    assert not (tmp_path / "lake").exists()
