@@ -14,6 +14,7 @@ import threading
 from dataclasses import replace
 
 from cdc_sql import engine
+from cdc_sql.config import layout
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
 from cdc_sql.errors import CdcError, redacted
@@ -191,8 +192,14 @@ def _sql_only_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine(args, pipeline: Pipeline):
-    return engine.start(args.engine or pipeline.engine.mode,
-                        args.engine_url or pipeline.engine.url)
+    return engine.start(_engine_mode(args, pipeline), args.engine_url or pipeline.engine.url)
+
+
+def _engine_mode(args, pipeline: Pipeline) -> str:
+    """The engine's mode, once it is known to write every table's layout."""
+    mode = args.engine or pipeline.engine.mode
+    layout.check_engine(pipeline, mode)
+    return mode
 
 
 def _validate(args) -> int:
@@ -242,6 +249,7 @@ def _plan(args) -> int:
         for plan in silver_plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
             print(_route(plan, lake, args.engine or pipeline.engine.mode))
+            print(f"-- layout: {layout.describe(plan.spec, plan.key)}")
             for table in plan.sources:
                 splits = plan_splits(cur, table, pipeline.source.chunk_size,
                                      pipeline.source.parallelism)
@@ -285,6 +293,7 @@ def _run(args) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    _engine_mode(args, pipeline)  # refused before the lake is touched
     with target_lock(pipeline.root, "run", on_lost=stop.set):
         engine = _engine(args, pipeline)
         try:

@@ -61,6 +61,9 @@ def _property(hint: Any, rules: dict, path: str, required: bool = False) -> dict
         items = {"choices": rules["item_choices"]} if "item_choices" in rules else {}
         return {**doc, "type": "array", "items": _property(item, items, f"{path}[]"),
                 **not_empty}
+    if typing.get_origin(hint) is dict:  # table properties: names to text, numbers, booleans
+        return {**doc, "type": "object",
+                "additionalProperties": {"type": ["string", "number", "boolean"]}}
     if hasattr(hint, "__dataclass_fields__"):
         return {**_object(hint, path), **doc}
     if hint is str:
@@ -149,7 +152,7 @@ def _section(title: str, node: dict, path: str) -> list[str]:
     for name, prop in node["properties"].items():
         key = f"{path}.{name}" if path else name
         items = prop.get("items", {})
-        if prop.get("type") == "object" or items.get("type") == "object":
+        if "properties" in prop or "properties" in items:
             nested.append((key + ("[]" if items else ""), items or prop))
         default = "required" if name in required else (
             f"`{json.dumps(prop['default'])}`" if "default" in prop else "")

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from cdc_sql.config import layout
 from cdc_sql.config.loader import Document, read_document
 from cdc_sql.config.projection import parse_projection
 from cdc_sql.config.startup import check_startup
@@ -136,6 +137,15 @@ class Target:
     retention_hours: float = _key("`cdc-sql maintain` prunes bronze that every silver table has "
                                   "applied and that is older than this, and vacuums files older "
                                   "than this", 168.0, minimum=0)
+    change_data_feed: bool = _key("every silver and history table keeps Delta's change data "
+                                  "feed (delta.enableChangeDataFeed): table_changes / "
+                                  "readChangeFeed return each row's insert, update pre- and "
+                                  "post-image and delete; needs Spark with Delta (not Sail "
+                                  "0.7)", False)
+    table_properties: dict[str, str] = _key("Delta table properties of every silver and history "
+                                            "table (delta.logRetentionDuration...); a table's own "
+                                            "`table_properties` win. Those cdc-sql relies on are "
+                                            "refused, naming why", {})
 
 
 @dataclass(frozen=True)
@@ -173,6 +183,14 @@ class Table:
                            "(a deleted row stays as it was), truncate (a TRUNCATE, or a "
                            "partition TRUNCATE or DROP, removes nothing); Debezium's "
                            "skipped.operations", [], item_choices=("delete", "truncate"))
+    change_data_feed: bool = _key("this table (and its history) keeps Delta's change data "
+                                  "feed, as target.change_data_feed does for every table", False)
+    table_properties: dict[str, str] = _key("Delta table properties of this silver table and its "
+                                            "history, over target.table_properties", {})
+    cluster_by: list[str] = _key("silver (and history) columns cdc-sql clusters the table's "
+                                 "files by, after a snapshot and in `cdc-sql maintain`, instead "
+                                 "of the key: filters on them read fewer files (a MERGE may "
+                                 "rewrite more)", [])
     key_unique_across_shards: bool = _key("for a regex source: the key alone identifies a row "
                                           "across shards (else the key includes "
                                           "_cdc_source_table); a row moves between shards by a "
@@ -270,7 +288,7 @@ def load_pipeline(file: str | Path, environ: dict[str, str] | None = None,
     check_startup(pipeline, doc)
     _check_target(pipeline, doc)
     _check_tables(pipeline, doc)
-    return dataclasses.replace(pipeline, warnings=tuple(notices))
+    return dataclasses.replace(_with_target_layout(pipeline), warnings=tuple(notices))
 
 
 def _replace_file(pipeline: Pipeline, file: str) -> Pipeline:
@@ -354,6 +372,7 @@ def _check_target(pipeline: Pipeline, doc: Document) -> None:
     problem = refused(pipeline.target.path)
     if problem is not None:
         raise doc.error(problem, "target.path")
+    _check_properties(pipeline.target.table_properties, "target.table_properties", doc)
     if pipeline.target.catalog and not pipeline.target.schema:
         raise doc.error("`catalog` needs `schema` too (tables register as catalog.schema.name)",
                         "target.schema")
@@ -396,6 +415,35 @@ def _check_tables(pipeline: Pipeline, doc: Document) -> None:
             except ConfigError as exc:
                 raise doc.error(exc.detail, f"{path}.projection") from None
         _check_semantics(table, path, doc)
+        _check_properties(table.table_properties, f"{path}.table_properties", doc)
+        _check_cluster_by(table, path, doc)
+
+
+def _check_properties(chosen: dict[str, str], path: str, doc: Document) -> None:
+    for key in chosen:
+        why = layout.refused_property(key)
+        if why is not None:
+            raise doc.error(f"table property `{key}` cannot be set here: {why}", f"{path}.{key}")
+
+
+def _check_cluster_by(table: Table, path: str, doc: Document) -> None:
+    """Listed once each; whether they are silver's columns is known with the source's
+    (silver.plan.plan_silver)."""
+    seen: set[str] = set()
+    for n, column in enumerate(table.cluster_by):
+        if column.lower() in seen:
+            raise doc.error(f"`{column}` is listed twice", f"{path}.cluster_by[{n}]")
+        seen.add(column.lower())
+
+
+def _with_target_layout(pipeline: Pipeline) -> Pipeline:
+    """Each table with the target's change data feed and table properties folded in (its own
+    properties win), so that a table's spec says all of its layout."""
+    target = pipeline.target
+    return dataclasses.replace(pipeline, tables=[dataclasses.replace(
+        table, change_data_feed=table.change_data_feed or target.change_data_feed,
+        table_properties={**target.table_properties, **table.table_properties})
+        for table in pipeline.tables])
 
 
 def _check_semantics(table: Table, path: str, doc: Document) -> None:
@@ -468,6 +516,12 @@ def _did_you_mean(name: str, known) -> str:
 
 def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> Any:
     origin = typing.get_origin(hint)
+    if origin is dict:  # text -> text (a table's properties): YAML's true and 30 as written
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise doc.error(f"expected a mapping, got {_kind(value)}", path)
+        return {str(k): _property_text(v, f"{path}.{k}", doc) for k, v in value.items()}
     if origin is list:
         (item_hint,) = typing.get_args(hint)
         if not isinstance(value, list):
@@ -521,6 +575,14 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
                             f"with a digit)", path)
         return value
     raise TypeError(f"unsupported config type {hint}")
+
+
+def _property_text(value: Any, path: str, doc: Document) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)) or value is None:
+        raise doc.error(f"expected text, a number or true/false, got {_kind(value)}", path)
+    return doc.texts.get(path, str(value)) if not isinstance(value, str) else value
 
 
 def _shown(value: Any, path: str, doc: Document) -> str:

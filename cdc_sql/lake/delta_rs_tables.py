@@ -26,6 +26,11 @@ def _marked():
     return CommitProperties(custom_metadata={"userMetadata": EVOLVE_MARK})
 
 
+def _configuration(schema: pa.Schema, properties: dict | None) -> dict | None:
+    """A new table's properties: cdc-sql's statistics columns, then the pipeline's."""
+    return {**(stats_configuration(schema) or {}), **(properties or {})} or None
+
+
 def _df_quote(name: str) -> str:
     """An identifier in delta-rs (DataFusion) SQL."""
     return '"' + name.replace('"', '""') + '"'
@@ -84,22 +89,35 @@ class DeltaRsWrites:
                     commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
 
     def create_from_streams(self, path: str, schema: pa.Schema,
-                            streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None:
+                            streams: list[Callable[[], Iterable[pa.RecordBatch]]],
+                            properties: dict | None = None) -> None:
         """Create the table with the rows of `streams` (each opened when called), in one
         commit: written in parallel by pyarrow on a local path (lake/parquet_files.py), else
-        streamed through delta-rs (all opened first: no delta-rs call from inside its write)."""
+        streamed through delta-rs (all opened first: no delta-rs call from inside its write).
+        `properties`: the table's own (config/layout.py), in the creating commit."""
+        configuration = _configuration(schema, properties)
         if Location.of(path).local:
-            parquet_files.create_table(str(path), schema, streams,
-                                       configuration=stats_configuration(schema))
+            parquet_files.create_table(str(path), schema, streams, configuration=configuration)
             return
         opened = [stream() for stream in streams]
-        self.append_arrow(path, (batch for stream in opened for batch in stream), schema)
+        append_with_delta_rs(path, (batch for stream in opened for batch in stream), schema,
+                             configuration=configuration)
 
-    def create_with_files(self, path: str, schema: pa.Schema, actions: list) -> None:
+    def create_with_files(self, path: str, schema: pa.Schema, actions: list,
+                          properties: dict | None = None) -> None:
         """Create the local table in one commit of Parquet files already in its directory
         (`actions`: their delta-rs add actions)."""
         parquet_files.create_with(str(path), schema, actions,
-                                  configuration=stats_configuration(schema))
+                                  configuration=_configuration(schema, properties))
+
+    def properties(self, path: str) -> dict[str, str]:
+        with self._table(path) as table:
+            return dict(table.metadata().configuration)
+
+    def set_properties(self, path: str, chosen: dict[str, str]) -> None:
+        """Set table properties in one commit (SET TBLPROPERTIES: the rows stay)."""
+        with self._table(path) as table:
+            table.alter.set_table_properties(chosen, raise_if_not_exists=False)
 
     def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
         from deltalake import write_deltalake

@@ -105,7 +105,7 @@ class WithFallback:
     stay with delta-rs, which reads those features. Each table's features are said once."""
 
     ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
-              "cluster", "overwrite_arrow", "reset")
+              "cluster", "overwrite_arrow", "reset", "set_properties")
 
     def __init__(self, tables: DeltaRsTables, engine):
         self._tables, self._engine, self._said = tables, engine, set()

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_sql import faults
+from cdc_sql.config import layout
 from cdc_sql.lake import first_version, semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import Window
@@ -163,10 +164,11 @@ def _create(lake: Lake, plan, window: Window, silver: str) -> str | None:
                                  schema, silver) if lake.local else None
     if written is not None:
         faults.point("silver.first_moved")  # files in silver's directory, not in its log
-        lake.tables.create_with_files(silver, schema, written)
+        lake.tables.create_with_files(silver, schema, written, layout.properties(plan.spec))
     else:
         lake.tables.create_from_streams(silver, schema,
-                                        snapshot_rows(lake, source, window, schema))
+                                        snapshot_rows(lake, source, window, schema),
+                                        layout.properties(plan.spec))
     faults.point("silver.snapshot_written")
     log.debug("silver %s: the snapshot rows, %s, in %.3fs", plan.spec.name,
               "written during the snapshot, committed" if written is not None else

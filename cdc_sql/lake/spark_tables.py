@@ -144,11 +144,21 @@ class SparkTables:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
     def create_from_streams(self, path: str, schema: pa.Schema,
-                            streams: list[Callable[[], Iterable[pa.RecordBatch]]]) -> None:
+                            streams: list[Callable[[], Iterable[pa.RecordBatch]]],
+                            properties: dict | None = None) -> None:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
-    def create_with_files(self, path: str, schema: pa.Schema, actions: list) -> None:
+    def create_with_files(self, path: str, schema: pa.Schema, actions: list,
+                          properties: dict | None = None) -> None:
         raise NotImplementedError("merges_here is False: nothing is merged here")
+
+    def properties(self, path: str) -> dict[str, str]:
+        row = self.spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").select("properties").first()
+        return dict(row["properties"] or {})
+
+    def set_properties(self, path: str, chosen: dict[str, str]) -> None:
+        pairs = ", ".join(f"{literal(k)} = {literal(v)}" for k, v in chosen.items())
+        self.spark.sql(f"ALTER TABLE {table_ref(path)} SET TBLPROPERTIES ({pairs})").collect()
 
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
                       columns: list[str]) -> None:

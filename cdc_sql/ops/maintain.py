@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import logging
 
+from cdc_sql.config import layout
 from cdc_sql.errors import StateError
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
@@ -76,7 +77,7 @@ def maintain(engine, pipeline, retention_hours: float | None = None,
     state.compact()
     clustered = set()  # silver and history: one key range per file (see tables.cluster)
     for spec in kept:
-        key = tables[spec.name].key
+        key = layout.cluster_columns(spec, tuple(tables[spec.name].key or ()))
         for path in owned_tables(lake, spec).values():
             if key and lake.tables.exists(path):
                 lake.tables.cluster(path, key)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from cdc_sql import planner, resnapshot
 from cdc_sql.lake.silver.facts import Statement, read_statements
-from cdc_sql.lake.silver.merge import merge_window
+from cdc_sql.lake.silver.merge import lay_out, merge_window
 from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
 from cdc_sql.lake.silver.plan import SilverPlan, chained
 from cdc_sql.lake.state import Checkpoint, TableEntry
@@ -32,11 +32,13 @@ class Seen:
 
 
 class MergePhase:
-    """The merge phase of one run; remembers only the tables it registered by name."""
+    """The merge phase of one run; remembers only the tables it registered by name and gave
+    their properties."""
 
     def __init__(self, run: Run):
         self.run = run
         self.registered: set[str] = set()  # silver tables registered by name in this run
+        self.laid_out: set[str] = set()  # silver tables given their properties in this run
 
     def merge(self, plans: list[SilverPlan], checkpoint: Checkpoint, seen: Seen,
               batches: list[Batch]) -> list[str]:
@@ -117,6 +119,9 @@ class MergePhase:
         started = time.monotonic()
         capture, entry = checkpoint.capture, checkpoint.table(plan.spec.name)
         moves = []
+        if plan.spec.name not in self.laid_out:
+            lay_out(lake, plan)
+            self.laid_out.add(plan.spec.name)
         if not window.idle:
             moves = merge_window(lake, plan, window, statements,
                                  entry.silver_version if entry is not None else None, cascading)

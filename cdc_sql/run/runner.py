@@ -22,6 +22,7 @@ import threading
 import time
 
 from cdc_sql import resnapshot
+from cdc_sql.config import layout
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import CdcError, TargetError, out_of_space, redacted
 from cdc_sql.lake import bronze, tables
@@ -68,6 +69,7 @@ def run_pipeline(pipeline: Pipeline, engine, stop: threading.Event, until_caught
 
 class Runner:
     def __init__(self, pipeline: Pipeline, engine, stop: threading.Event | None = None):
+        layout.check_engine(pipeline, engine.mode)
         self.pipeline = pipeline
         self.lake = Lake.open(engine, pipeline.root, pipeline.engine.sql_only)
         self.state = State(self.lake)

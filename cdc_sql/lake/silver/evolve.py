@@ -2,18 +2,23 @@
 both given the source's columns after a DDL."""
 from __future__ import annotations
 
-from cdc_sql.errors import SourceError
+from cdc_sql.config import layout
+from cdc_sql.errors import CdcError, SourceError
 from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.tables import stats_properties
 
 
-def create(lake: Lake, path: str, rows) -> None:
+def create(lake: Lake, path: str, rows, properties: dict | None = None) -> None:
     """A silver or history table created with its first rows, in one commit (a run killed
     after it finds the table complete), its statistics leaving out decimals wider than 64 bits
-    (tables.stats_properties; docs/engines.md)."""
-    lake.engine.append(rows, path, stats_properties(rows.schema))
+    (tables.stats_properties; docs/engines.md), with the pipeline's `properties`
+    (config/layout.py) in that commit: a change data feed then starts at version 0."""
+    properties = properties or {}
+    if layout.CHANGE_DATA_FEED in properties and lake.engine.kind == "sail":
+        raise CdcError(layout.SAIL_CANNOT_WRITE_CDF)  # a remote Sail: known once it answers
+    lake.engine.append(rows, path, {**stats_properties(rows.schema), **properties})
 
 
 def start_history(lake: Lake, plan: SilverPlan) -> None:
@@ -21,7 +26,8 @@ def start_history(lake: Lake, plan: SilverPlan) -> None:
     when a pipeline turns history on later."""
     path = lake.history_path(plan.spec.name)
     if not lake.tables.exists(path):
-        create(lake, path, _history_seed(lake.engine.read(lake.silver_path(plan.spec.name)), plan))
+        create(lake, path, _history_seed(lake.engine.read(lake.silver_path(plan.spec.name)), plan),
+               layout.properties(plan.spec))
 
 
 def _history_seed(silver, plan: SilverPlan):

@@ -12,6 +12,7 @@ import re
 import time
 
 from cdc_sql import faults
+from cdc_sql.config import layout
 from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.evolve import create, evolve, start_history
@@ -60,7 +61,7 @@ def run_batch(lake: Lake, plan: SilverPlan, window: Window, facts: Facts,
                 continue
             _prepare_targets(lake, plan, changes.schema, facts)  # with the source's columns
         if not (nothing and step.kind is StepKind.MERGE):
-            nothing = execute_step(lake, step) == 0
+            nothing = execute_step(lake, step, layout.properties(plan.spec)) == 0
         if step.crash_point:
             faults.point(step.crash_point)
         log.debug("silver %s: %s in %.3fs", plan.spec.name, step.title.split(":")[0],
@@ -103,9 +104,9 @@ def define_view(engine, step: Step, earlier: list[Step]) -> None:
     engine.sql(sql, args).createOrReplaceTempView(step.name)
 
 
-def execute_step(lake: Lake, step: Step) -> int | None:
+def execute_step(lake: Lake, step: Step, properties: dict | None = None) -> int | None:
     """Carry out one step other than a view (views go through define_view); a stage step
-    returns its rows when it knows them."""
+    returns its rows when it knows them. `properties`: those of a table an APPEND creates."""
     spark = lake.spark
     if step.kind is StepKind.SPLITS:
         spark.createDataFrame([s.row for s in step.splits],
@@ -114,7 +115,7 @@ def execute_step(lake: Lake, step: Step) -> int | None:
     elif step.kind is StepKind.APPEND:
         if not lake.tables.exists(step.name):
             rows = lake.engine.sql(step.sql, step.args)
-            create(lake, step.name, rows)  # the commit that creates silver holds the rows
+            create(lake, step.name, rows, properties)  # the commit creating silver holds them
     elif step.kind is StepKind.REPLACE:
         lake.engine.replace(lake.engine.sql(step.sql, step.args), step.name, RESNAPSHOT_MARK)
     elif step.kind is StepKind.STAGE:
@@ -138,7 +139,7 @@ def _prepare_targets(lake: Lake, plan: SilverPlan, schema, facts: Facts) -> None
     current columns."""
     path = lake.silver_path(plan.spec.name)
     if not lake.tables.exists(path):
-        create(lake, path, lake.spark.createDataFrame([], schema))
+        create(lake, path, lake.spark.createDataFrame([], schema), layout.properties(plan.spec))
     renames = {new: [old for old, _ in chain] for source in plan.sources
                for new, chain in facts.renames(source.qualified).items()}
     if plan.spec.history:

@@ -9,6 +9,7 @@ import logging
 import time
 
 from cdc_sql import cascades
+from cdc_sql.config import layout
 from cdc_sql.lake import first_version, small_merge, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.cascade_rows import cascade_rows
@@ -40,7 +41,7 @@ def merge_window(lake: Lake, plan: SilverPlan, window: Window,
         _first_with_history(lake, plan, window, statements, cascaded)
     if clusters(window):
         for path in owned_tables(lake, plan.spec).values():
-            cluster_if_mixed(lake, path, list(plan.key))
+            cluster_if_mixed(lake, path, layout.cluster_columns(plan.spec, plan.key))
     return moves
 
 
@@ -73,6 +74,20 @@ def batch(lake: Lake, plan: SilverPlan, window: Window, statements: list[Stateme
         if not way.in_process:
             log.debug("silver %s: merged by the engine: %s", plan.spec.name, way.reason)
     run_batch(lake, plan, window, facts, cascaded)
+
+
+def lay_out(lake: Lake, plan: SilverPlan) -> None:
+    """Silver and history, where they exist, given the properties the pipeline asks for
+    (config/layout.py) that they lack: a pipeline that turns the change data feed on later
+    gets it from the next window on, in one SET TBLPROPERTIES commit per table (cdc-sql's own
+    to the hand-change check). New tables get them in the commit that creates them."""
+    wanted = layout.properties(plan.spec)
+    for path in owned_tables(lake, plan.spec).values() if wanted else ():
+        if lake.tables.exists(path):
+            missing = layout.missing(wanted, lake.tables.properties(path))
+            if missing:
+                lake.tables.set_properties(path, missing)
+                log.info("silver %s: %s given %s", plan.spec.name, path, missing)
 
 
 def cluster_if_mixed(lake: Lake, path: str, key: list[str]) -> bool:

@@ -103,7 +103,13 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
     texts = {c.name for c in first.key_text_columns}
     key_texts = tuple((source, out) for source, out in zip(first.key, projection.key)
                       if source in texts)
-    return SilverPlan(spec, tuple(sources), projection, key_texts)
+    plan = SilverPlan(spec, tuple(sources), projection, key_texts)
+    for n, column in enumerate(spec.cluster_by):
+        if column not in plan.columns:
+            raise ConfigError(f"`{column}` is not a column of silver table {spec.name} (its "
+                              f"columns: {', '.join(plan.columns)})", file,
+                              f"tables[{index}].cluster_by[{n}]")
+    return plan
 
 
 def silver_plans(pipeline, view, kept: dict[str, set[str]] | None = None) -> list[SilverPlan]:

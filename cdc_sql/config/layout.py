@@ -1,0 +1,108 @@
+"""Table layout a pipeline chooses for silver and history: the change data feed, Delta table
+properties and the columns silver is clustered by (docs/operations.md, "Change data feed and
+table layout"). Pure rules: which properties a pipeline may set, and what a table ends up with.
+
+cdc-sql chooses some properties itself, because its writers depend on them: column mapping
+(Delta Spark needs it for some column names; Sail and delta-rs write it only where cdc-sql
+asked), the statistics columns (tables.stats_configuration), and the protocol (every writer on
+every engine must be able to write silver). A property that would take those away, or that
+makes silver refuse a MERGE's updates and deletes, is refused when the file is read.
+"""
+from __future__ import annotations
+
+from cdc_sql.errors import ConfigError
+
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+
+# Delta properties known to change only retention, file sizes, checkpoints or statistics.
+SAFE_DELTA = frozenset({
+    "delta.logRetentionDuration", "delta.deletedFileRetentionDuration",
+    "delta.checkpointInterval", "delta.checkpoint.writeStatsAsJson",
+    "delta.checkpoint.writeStatsAsStruct",
+    "delta.dataSkippingNumIndexedCols", "delta.targetFileSize",
+    "delta.tuneFileSizesForRewrites", "delta.autoOptimize.optimizeWrite",
+    "delta.autoOptimize.autoCompact", "delta.randomizeFilePrefixes",
+    "delta.setTransactionRetentionDuration", "delta.isolationLevel",
+    "delta.compatibility.symlinkFormatManifest.enabled",
+})
+# Why a property cdc-sql relies on is not the pipeline's to set.
+REFUSED = {
+    CHANGE_DATA_FEED: "set `change_data_feed: true` instead (cdc-sql then checks the engine "
+                      "can write it)",
+    "delta.columnMapping.mode": "cdc-sql chooses column mapping (name mode where Delta Spark "
+                                "needs it); another mode breaks delta-rs and Sail writes",
+    "delta.appendOnly": "silver takes updates and deletes (every MERGE would fail)",
+    "delta.enableDeletionVectors": "delta-rs and Sail 0.7 cannot write deletion vectors",
+    "delta.enableRowTracking": "delta-rs and Sail 0.7 cannot write row tracking",
+    "delta.enableTypeWidening": "cdc-sql widens columns itself (on_schema_change: evolve)",
+    "delta.dataSkippingStatsColumns": "cdc-sql chooses the statistics columns (decimals wider "
+                                      "than 64 bits get none)",
+    "delta.minReaderVersion": "the protocol is cdc-sql's to choose (every engine must write it)",
+    "delta.minWriterVersion": "the protocol is cdc-sql's to choose (every engine must write it)",
+}
+
+
+def refused_property(key: str) -> str | None:
+    """Why a pipeline may not set the table property `key`; None when it may."""
+    if key in REFUSED:
+        return REFUSED[key]
+    if key.startswith("delta.feature."):
+        return "table features are cdc-sql's to choose (every engine must write silver)"
+    if key.startswith("delta."):
+        if key in SAFE_DELTA:
+            return None
+        return (f"not a Delta property cdc-sql knows to be harmless to its writers (those "
+                f"are: {', '.join(sorted(SAFE_DELTA))})")
+    return ("only Delta's own properties (delta.*) reach silver on every engine (a Spark "
+            "DataFrame writer keeps no other)")
+
+
+def properties(spec) -> dict[str, str]:
+    """The properties silver and history are created with (and given when they exist), from a
+    loaded table (`config.model.load_pipeline` has folded the target's settings in)."""
+    chosen = dict(spec.table_properties)
+    if spec.change_data_feed:
+        chosen[CHANGE_DATA_FEED] = "true"
+    return chosen
+
+
+def missing(wanted: dict[str, str], current: dict[str, str]) -> dict[str, str]:
+    """The properties a table lacks or holds with another value."""
+    return {k: v for k, v in wanted.items() if current.get(k) != v}
+
+
+def cluster_columns(spec, key: tuple[str, ...]) -> list[str]:
+    """The columns cdc-sql clusters silver and history by: `cluster_by`, else the key."""
+    return list(spec.cluster_by) or list(key)
+
+
+def describe(spec, key: tuple[str, ...]) -> str:
+    """The table's layout in one line (`cdc-sql plan`)."""
+    chosen = ", ".join(f"{k}={v}" for k, v in properties(spec).items()) or "none"
+    feed = "on (every write path records its rows' changes)" if spec.change_data_feed else "off"
+    return (f"change data feed {feed}; table properties: {chosen}; files clustered by "
+            f"{', '.join(cluster_columns(spec, key))}")
+
+
+SAIL_CANNOT_WRITE_CDF = (
+    "Sail 0.7 cannot write a Delta table with a change data feed (it refuses the table's "
+    "changeDataFeed feature): run the pipeline on Spark with Delta Lake (engine mode local, "
+    "remote or active), or leave change_data_feed off")
+
+
+def engine_refusal(spec, engine_kind: str) -> str | None:
+    """Why the engine cannot write this table's layout; None when it can."""
+    if spec.change_data_feed and engine_kind == "sail":
+        return SAIL_CANNOT_WRITE_CDF
+    return None
+
+
+def check_engine(pipeline, engine_mode: str) -> None:
+    """Stop, naming the key, when the engine cannot write some table's layout: before the
+    lake is touched (the CLI, before its lock; a Runner, before its run)."""
+    for i, spec in enumerate(pipeline.tables):
+        refusal = engine_refusal(spec, engine_mode)
+        if refusal is not None:
+            key = "target.change_data_feed" if pipeline.target.change_data_feed else \
+                f"tables[{i}].change_data_feed"
+            raise ConfigError(refusal, pipeline.file, key)
