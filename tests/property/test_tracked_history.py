@@ -115,3 +115,28 @@ def test_a_resnapshot_updates_in_place_or_starts_versions(engine, new_lake, data
     kept = {r.id for r in history.where(f"_cdc_current AND _cdc_valid_from = '{before}'")
             .collect()}
     assert kept == {k for k, v in old.items() if k in model[last] and same(v, model[last][k])}
+
+
+def test_a_truncate_ends_versions_between_changes_of_one_window(engine, new_lake):
+    """An update, a TRUNCATE, the key inserted again with the same tracked value, in one
+    window: the first version ends at the TRUNCATE and the insert starts its own (one batch
+    would have updated the first in place, then ended it with the truncate)."""
+    lake = new_lake()
+    bronze.ensure_snapshot_table(lake, TABLE)
+    bronze.write_splits(lake, TABLE, [split_rows([1, 2], ["a", "c"])], "a1", boundary(-1), TS)
+    bronze.ensure_statements_table(lake)
+    land_changes(lake, binlog_rows([[("u", 1, 1, "b")], [("c", 1, 1, "a")]], -1))
+    truncated = Offset(1, 1050, 0).text  # between the two transactions
+    bronze.append_statements(lake, [{"offset": truncated, "db": "db", "tbl": "t",
+                                     "op": "truncate", "statement": "TRUNCATE t",
+                                     "commit_ts": TS, "gtid": "0-1-1"}])
+    plan = plan_silver(Table(name="t", source="db.t", projection=PROJECTION,
+                             history=CHOICES["track"]), [TABLE], "p.yaml", 0)
+    merge_window(lake, plan, Window("", boundary(-1), {"db.t": ((0, "a1", boundary(-1)),)},
+                                    first=True, history_start=boundary(-1)))
+    for _ in range(2):  # replayed: the same
+        merge_window(lake, plan, Window(boundary(-1), boundary(1)))
+        assert_silver(lake, {1: "a"})
+        test_merge_rules.assert_history(lake, [(1, "b", boundary(-1), truncated),
+                                               (1, "a", offset(1, 0), None),
+                                               (2, "c", boundary(-1), truncated)])
