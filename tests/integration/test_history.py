@@ -12,8 +12,10 @@ from collections import defaultdict
 import pytest
 
 from cdc_sql import faults
-from tests.integration.helpers import (assert_silver_equals, history_path, run, runs_killed_at,
-                                       silver_path)
+from cdc_sql.lake.lake import Lake
+from cdc_sql.ops.verify import verify_table
+from tests.integration.helpers import (assert_silver_equals, checkpoint, history_path, run,
+                                       runs_killed_at, silver_path)
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -147,3 +149,13 @@ def test_history_on_chosen_columns_through_kills(mariadb, database, engine, make
     silver = engine.read(silver_path(pipeline, "items")).select("id", "v", "n", "_cdc_offset")
     assert current.collect() == silver.orderBy("id").collect()
     assert table.where("_cdc_offset < _cdc_valid_from OR _cdc_offset >= _cdc_valid_to").count() == 0
+    # verify checks history against silver: equal now, and names a version changed by hand
+    report = verify_table(engine, pipeline, pipeline.table("items"), checkpoint(engine, pipeline))
+    assert report.equal, report.summary()
+    lake = Lake.open(engine, str(pipeline.root))
+    lake.tables.update_rows(history_path(pipeline, "items"), {"v": "by hand"},
+                            [("id", "=", current.collect()[0].id), ("_cdc_current", "=", True)])
+    report = verify_table(engine, pipeline, pipeline.table("items"), checkpoint(engine, pipeline))
+    assert report.differing == ["items_history"], report.summary()
+    assert "items_history: 1 silver rows have no current version with their values, 1 " \
+        "current versions are no silver row" in report.summary()

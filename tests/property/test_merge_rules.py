@@ -182,7 +182,6 @@ def check_batches(lake, data, history, projection="SELECT id, v FROM t", chosen=
     history table compared with the model after every batch. `projection` (without a WHERE;
     one may be drawn) and `chosen` (the `history` key), with `same` telling the model which
     changes keep their version."""
-    engine = lake.engine
     initial, txns = history
     model = states(initial, txns)
     last = len(txns) - 1

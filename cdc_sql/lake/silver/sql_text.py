@@ -146,24 +146,18 @@ def _tracked_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) ->
 
 
 def history_resnapshot_sql(lake: Lake, plan: SilverPlan, changes_view: str) -> str:
-    if plan.tracked is not None:
-        return render(
-            "history_tracked_resnapshot",
-            changes=quote(changes_view),
-            history=table_ref(lake.history_path(plan.spec.name)),
-            columns=", ".join(f"f.{quote(c)}" for c in plan.row_columns),
-            history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
-            key_match=key_match(plan, "h", "f"),
-            tracked_same=_same(plan.tracked),
-        )
+    """With chosen columns, a row differs from its current version when a tracked column
+    does (history_tracked_resnapshot.sql); else when any does."""
+    tracked = plan.tracked is not None
     return render(
-        "history_resnapshot",
+        "history_tracked_resnapshot" if tracked else "history_resnapshot",
         changes=quote(changes_view),
         history=table_ref(lake.history_path(plan.spec.name)),
         columns=", ".join(f"f.{quote(c)}" for c in plan.row_columns),
         history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
         key_match=key_match(plan, "h", "f"),
-        same=_same(plan.row_columns),
+        **({"tracked_same": _same(plan.tracked)} if tracked else
+           {"same": _same(plan.row_columns)}),
     )
 
 
@@ -177,25 +171,17 @@ def history_merge_sql(lake: Lake, plan: SilverPlan, versions_view: str,
     """`dropped` (chosen columns only): history columns the source no longer has; a version
     updated in place sets them NULL, as silver's row."""
     columns = [quote(c) for c in plan.history_columns]
-    if plan.tracked is not None:
-        return render(
-            "history_tracked_merge",
-            history=table_ref(lake.history_path(plan.spec.name)),
-            versions=quote(versions_view),
-            key_match=key_match(plan, "t", "s"),
-            assignments=", ".join([*(f"t.{quote(c)} = s.{quote(c)}" for c in plan.row_columns
-                                     if c not in plan.key),
-                                   *(f"t.{quote(c)} = NULL" for c in dropped)]),
-            columns=", ".join(columns),
-            values=", ".join(f"s.{c}" for c in columns),
-        )
+    tracked = {} if plan.tracked is None else {"assignments": ", ".join(
+        [*(f"t.{quote(c)} = s.{quote(c)}" for c in plan.row_columns if c not in plan.key),
+         *(f"t.{quote(c)} = NULL" for c in dropped)])}
     return render(
-        "history_merge",
+        "history_tracked_merge" if tracked else "history_merge",
         history=table_ref(lake.history_path(plan.spec.name)),
         versions=quote(versions_view),
         key_match=key_match(plan, "t", "s"),
         columns=", ".join(columns),
         values=", ".join(f"s.{c}" for c in columns),
+        **tracked,
     )
 
 
