@@ -8,6 +8,7 @@ in sync).
 from __future__ import annotations
 
 import json
+import types
 import typing
 from dataclasses import MISSING, fields
 from typing import Any
@@ -16,7 +17,7 @@ from sqlglot import exp
 
 import udfs
 from cdc_sql.config.loader import INTERPOLATED
-from cdc_sql.config.model import Pipeline
+from cdc_sql.config.model import Pipeline, yaml_key
 from cdc_sql.config.projection import ALLOWED_FUNCTIONS, ALLOWED_NAMES
 
 SCHEMA_ID = "https://cdc-sql.dev/pipeline.schema.json"
@@ -44,12 +45,13 @@ def _object(cls: type, path: str) -> dict:
         if spec.metadata.get("internal"):
             continue
         is_required = spec.default is MISSING and spec.default_factory is MISSING
-        child = f"{path}.{spec.name}" if path else spec.name
-        properties[spec.name] = _property(hints[spec.name], spec.metadata, child, is_required)
+        name = yaml_key(spec)
+        child = f"{path}.{name}" if path else name
+        properties[name] = _property(hints[spec.name], spec.metadata, child, is_required)
         if is_required:
-            required.append(spec.name)
+            required.append(name)
         elif spec.default is not MISSING and isinstance(spec.default, (str, int, float, bool)):
-            properties[spec.name]["default"] = spec.default
+            properties[name]["default"] = spec.default
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
@@ -66,6 +68,8 @@ def _property(hint: Any, rules: dict, path: str, required: bool = False) -> dict
                 "additionalProperties": {"type": ["string", "number", "boolean"]}}
     if hasattr(hint, "__dataclass_fields__"):
         return {**_object(hint, path), **doc}
+    if isinstance(hint, types.UnionType):  # true/false, or a mapping of finer choices
+        return {**doc, "anyOf": [_property(arg, {}, path) for arg in typing.get_args(hint)]}
     if hint is str:
         out: dict = {"type": "string"}
         if "choices" in rules:
@@ -154,6 +158,8 @@ def _section(title: str, node: dict, path: str) -> list[str]:
         items = prop.get("items", {})
         if "properties" in prop or "properties" in items:
             nested.append((key + ("[]" if items else ""), items or prop))
+        nested += [(key, choice) for choice in prop.get("anyOf", [])
+                   if choice.get("type") == "object"]
         default = "required" if name in required else (
             f"`{json.dumps(prop['default'])}`" if "default" in prop else "")
         lines.append(f"| `{key}` | {_type_text(prop, key)} | {default} | "
@@ -171,6 +177,9 @@ def _type_text(prop: dict, path: str) -> str:
                                     "")
     kind = {"array": "list", "object": "mapping"}.get(kind, kind) if isinstance(kind, str) \
         else "text"
+    choices = prop.get("anyOf", [])
+    if choices and not any("pattern" in p for p in choices):  # not a ${VAR} alternative
+        kind = " or ".join({"object": "mapping"}.get(p["type"], p["type"]) for p in choices)
     bounds = [f"{'≥' if rule == 'minimum' else '≤'} {prop.get(rule, num.get(rule))}"
               for num in [next((p for p in prop.get("anyOf", []) if "minimum" in p or
                                 "maximum" in p), {})]

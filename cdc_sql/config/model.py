@@ -161,6 +161,23 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class History:
+    """`history: {track: [...]}` or `{except: [...]}`: a version per change of chosen columns
+    (Databricks AUTO CDC's TRACK HISTORY ON); `history: true` tracks every column."""
+
+    track: list[str] = _key("only a change to one of these columns (or an insert or delete) "
+                            "starts a new version; changes to the others update the current "
+                            "version in place (its _cdc_offset/_cdc_ts say which change it "
+                            "holds)", [])
+    except_: list[str] = _key("... or: every column but these (updated_at, say) starts a new "
+                              "version; instead of `track`", [], key="except")
+
+    @property
+    def columns(self) -> list[str]:
+        return self.track or self.except_
+
+
+@dataclass(frozen=True)
 class Table:
     name: str = _key("silver table name: <target.path>/silver/<name>", pattern=_IDENTIFIER)
     source: str = _key("db.table (either name in backticks when it holds other characters "
@@ -168,8 +185,10 @@ class Table:
                        "db.table names")
     projection: str = _key("SELECT ... FROM <table> [WHERE ...], MySQL or Spark SQL", "")
     primary_key: list[str] = _key("key columns, for tables without a primary key", [])
-    history: bool = _key("also keep <name>_history: every version of every row (SCD type 2: "
-                         "valid_from/valid_to offsets and commit times, a current flag)", False)
+    history: bool | History = _key(
+        "also keep <name>_history: every version of every row (SCD type 2: valid_from/valid_to "
+        "offsets and commit times, a current flag); or {track: [columns]} / {except: [columns]}: "
+        "a new version only when a tracked column changes", False)
     exclude: str = _key("for a regular-expression source: a regular expression of whole "
                         "db.table names it leaves out (archives, copies)", "")
     exclude_columns: list[str] = _key("source columns `*` leaves out of silver (a wide table "
@@ -202,6 +221,11 @@ class Table:
         "silver). Rows changed without row events (partition maintenance, statement-format "
         "DML) are read again online, unless stop", "evolve",
         choices=SCHEMA_CHANGE_POLICIES)
+
+    @property
+    def tracked(self) -> History | None:
+        """The columns history tracks when chosen (None: every column, or no history)."""
+        return self.history if isinstance(self.history, History) else None
 
     @property
     def is_pattern(self) -> bool:
@@ -463,6 +487,7 @@ def _check_semantics(table: Table, path: str, doc: Document) -> None:
     if table.deletes == "soft" and "delete" in table.skip:
         raise doc.error("`deletes: soft` keeps deleted rows flagged, `skip: [delete]` keeps them "
                         "unflagged: choose one", f"{path}.deletes")
+    _check_history(table, path, doc)
     seen: set[str] = set()
     for n, column in enumerate(table.exclude_columns):
         if column.lower() in seen:
@@ -478,11 +503,31 @@ def _check_semantics(table: Table, path: str, doc: Document) -> None:
                         f"{path}.exclude_columns")
 
 
+def _check_history(table: Table, path: str, doc: Document) -> None:
+    """`history: {track: [...]}` or `{except: [...]}`, one of them, each column once. Whether
+    the columns are silver's is known with the source's columns (silver/plan.py)."""
+    tracked = table.tracked
+    if tracked is None:
+        return
+    if tracked.track and tracked.except_:
+        raise doc.error("give `track` (the columns whose changes start a version) or `except` "
+                        "(every column but these), not both", f"{path}.history.except")
+    if not tracked.columns:
+        raise doc.error("list the columns to `track` (or those `except`ed), or write "
+                        "`history: true` to track every column", f"{path}.history")
+    key = "track" if tracked.track else "except"
+    seen: set[str] = set()
+    for n, column in enumerate(tracked.columns):
+        if column.lower() in seen:
+            raise doc.error(f"`{column}` is listed twice", f"{path}.history.{key}[{n}]")
+        seen.add(column.lower())
+
+
 def _build(cls: type, values: Any, path: str, doc: Document) -> Any:
     if not isinstance(values, dict):
         raise doc.error(f"expected a mapping of keys, got {_kind(values)}", path or "")
     hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in fields(cls) if not f.metadata.get("internal")}
+    known = {yaml_key(f): f for f in fields(cls) if not f.metadata.get("internal")}
     unknown = sorted(set(values) - set(known))
     if unknown:
         where = f"{path}.{unknown[0]}" if path else unknown[0]
@@ -498,12 +543,17 @@ def _build(cls: type, values: Any, path: str, doc: Document) -> Any:
             continue
         if child in doc.unset:  # offline, its variable unset: the default, or its ${VAR} text
             if required:
-                kwargs[name] = values[name]
+                kwargs[spec.name] = values[name]
             continue
-        kwargs[name] = _convert(hints[name], values[name], spec.metadata, child, doc)
-        if required and kwargs[name] in ("", []):
+        kwargs[spec.name] = _convert(hints[spec.name], values[name], spec.metadata, child, doc)
+        if required and kwargs[spec.name] in ("", []):
             raise doc.error(f"`{name}` must not be empty ({spec.metadata['doc']})", child)
     return cls(**kwargs)
+
+
+def yaml_key(spec: dataclasses.Field) -> str:
+    """A field's key in the YAML file: its name, unless that is a Python word (`except`)."""
+    return spec.metadata.get("key", spec.name)
 
 
 def _did_you_mean(name: str, known) -> str:
@@ -531,8 +581,17 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
                 for i, item in enumerate(value)]
     if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
         return _build(hint, value, path, doc)
-    if isinstance(hint, types.UnionType):
-        raise TypeError(hint)
+    if isinstance(hint, types.UnionType):  # true/false, or a mapping of finer choices
+        chosen = [arg for arg in typing.get_args(hint) if arg is not bool]
+        if isinstance(value, bool) and bool in typing.get_args(hint):
+            return value
+        if len(chosen) != 1 or not hasattr(chosen[0], "__dataclass_fields__"):
+            raise TypeError(hint)
+        if not isinstance(value, dict):
+            keys = ", ".join(yaml_key(f) for f in fields(chosen[0]))
+            raise doc.error(f"expected true, false or a mapping ({keys}), got {_kind(value)}",
+                            path)
+        return _build(chosen[0], value, path, doc)
     shown = "(hidden)" if rules.get("secret") else _shown(value, path, doc)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):

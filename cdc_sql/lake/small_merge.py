@@ -62,8 +62,11 @@ def plan_unsuitable(plan, sql_only: bool = False) -> str | None:
     """Why no window of the table may be merged here; None when some may."""
     if sql_only:
         return SQL_ONLY
-    if not plan.as_is or plan.spec.history or plan.cascades:
-        return "not a plain table (a projection, shards, history or cascades)"
+    if plan.spec.history:
+        return ("history: its versions (on chosen columns, runs of changes and versions "
+                "updated in place) are cut by the engine's SQL")
+    if not plan.as_is or plan.cascades:
+        return "not a plain table (a projection, shards or cascades)"
     if plan.key_texts or plan.key_nullable:
         return "temporal or nullable key columns"
     if any(pa.types.is_decimal(f.type) and f.type.precision > 18

@@ -31,6 +31,7 @@ from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable, read_tables
 from cdc_sql.source.values import normalize
 from cdc_sql.lake.tables import table_ref
+from cdc_sql.ops.history_check import history_differences
 
 MAX_SHOWN = 5
 
@@ -81,6 +82,10 @@ def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableR
         plan = plan_silver(table, sources, pipeline.file, pipeline.tables.index(table))
         for source in sources:
             _verify_source(lake, pipeline, plan, source, types, checkpoint, cur, report)
+    history = history_differences(lake, plan, types)
+    if history is not None:
+        report.differing.append(f"{table.name}_history")
+        report.details.append(history)
     return report
 
 

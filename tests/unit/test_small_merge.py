@@ -50,7 +50,7 @@ def test_a_plain_window_is_merged_here():
 
 @pytest.mark.parametrize("case, expected", [
     (lambda: (plan(projection="SELECT id FROM t"), CHANGES, facts()), "not a plain table"),
-    (lambda: (plan(history=True), CHANGES, facts()), "not a plain table"),
+    (lambda: (plan(history=True), CHANGES, facts()), "history: its versions"),
     (lambda: (plan(), replace(CHANGES, splits={}), facts()), "snapshot rows in a later"),
     (lambda: (plan(), replace(FIRST, replace=True), facts()), "a re-snapshot"),
     (lambda: (plan(), FIRST, facts(snapshot={"id": pa.int32()})), "snapshot columns differ"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cdc_sql.config.model import Table
+from cdc_sql.config.model import History, Table
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import plan_silver
@@ -71,6 +71,14 @@ SCENARIOS = {
         Window("000002:000000000100:000000", "000003:000000000200:000000",
                {"shop.orders": (SplitRef(0, "b1", "000002:000000000300:000000"),)},
                replace=True)),
+    "history_on_chosen_columns": (
+        Table(name="orders", source="shop.orders", history=History(track=["status"])),
+        [ORDERS], Window("000002:000000000100:000000", "000003:000000000200:000000")),
+    "history_on_chosen_columns_resnapshot": (
+        Table(name="orders", source="shop.orders", history=History(except_=["amount"])),
+        [ORDERS], Window("000002:000000000100:000000", "000003:000000000200:000000",
+                         {"shop.orders": (SplitRef(0, "b1", "000002:000000000300:000000"),)},
+                         replace=True)),
 }
 RENAME = (("ddl", "000002:000000000150:000000", None,
            "ALTER TABLE orders RENAME COLUMN state TO status"),)

@@ -37,11 +37,12 @@ def _history_seed(silver, plan: SilverPlan):
 
     offset, ts = F.col("_cdc_offset"), F.col("_cdc_ts")
     silver = silver.where(semantics.live(silver.columns))  # a soft-deleted row is no version
+    held = (offset, ts) if plan.tracked is not None else ()  # the change its values are from
     return silver.select(*plan.row_columns, "_cdc_op", offset.alias("_cdc_valid_from"),
                          ts.alias("_cdc_valid_from_ts"),
                          F.lit(None).cast("string").alias("_cdc_valid_to"),
                          F.lit(None).cast(silver.schema["_cdc_ts"].dataType).alias("_cdc_valid_to_ts"),
-                         F.lit(True).alias("_cdc_current"))
+                         F.lit(True).alias("_cdc_current"), *held)
 
 
 def evolve(lake: Lake, path: str, plan: SilverPlan, changes_schema,

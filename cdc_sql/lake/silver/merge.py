@@ -15,7 +15,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.cascade_rows import cascade_rows
 from cdc_sql.lake.silver.evolve import start_history
 from cdc_sql.lake.silver.execute import run_batch
-from cdc_sql.lake.silver.facts import Statement, read_facts
+from cdc_sql.lake.silver.facts import Statement, read_facts, read_statements
 from cdc_sql.lake.silver.ownership import owned_tables
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.route import clusters, route
@@ -36,7 +36,7 @@ def merge_window(lake: Lake, plan: SilverPlan, window: Window,
     cascaded, moves = cascade_rows(lake, plan, window, statements, silver_version, cascading) \
         if plan.cascades else (None, [])
     if not window.first or not plan.spec.history:
-        batch(lake, plan, window, statements, cascaded)
+        _batches(lake, plan, window, statements, cascaded)
     else:
         _first_with_history(lake, plan, window, statements, cascaded)
     if clusters(window):
@@ -55,7 +55,34 @@ def _first_with_history(lake: Lake, plan: SilverPlan, window: Window,
               cascaded)
         start_history(lake, plan)
     if start < window.upto:
-        batch(lake, plan, Window(start, window.upto), statements, cascaded)
+        _batches(lake, plan, Window(start, window.upto), statements, cascaded)
+
+
+def _batches(lake: Lake, plan: SilverPlan, window: Window, statements: list[Statement] | None,
+             cascaded: tuple | None) -> None:
+    """The window's batch; with history on chosen columns, one batch up to each TRUNCATE or
+    partition removal and one after (cut_at_removals)."""
+    if plan.tracked is None or window.replace:
+        batch(lake, plan, window, statements, cascaded)
+        return
+    statements = read_statements(lake) if statements is None else statements
+    for piece in cut_at_removals(plan, window, statements):
+        batch(lake, plan, piece, statements, cascaded)
+
+
+def cut_at_removals(plan: SilverPlan, window: Window, statements: list[Statement]) -> list[Window]:
+    """A window of a table whose history tracks chosen columns, cut after each TRUNCATE or
+    partition removal of its sources: a batch ends versions there once its MERGE is done
+    (execute.apply_truncates), so a version updated in place by a later change of the same
+    batch would end too. Cut there, the later change starts a version of its own, as it did at
+    the source. A replay cuts the same pieces. Pure."""
+    sources = {(s.db, s.name) for s in plan.sources}
+    cuts = sorted({s.offset for s in statements if (s.db, s.tbl) in sources and
+                   s.op in ("truncate", "delete") and window.after < s.offset < window.upto})
+    if window.splits is not None or not cuts:
+        return [window]
+    bounds = [window.after, *cuts, window.upto]
+    return [Window(after, upto) for after, upto in zip(bounds, bounds[1:])]
 
 
 def batch(lake: Lake, plan: SilverPlan, window: Window, statements: list[Statement] | None = None,

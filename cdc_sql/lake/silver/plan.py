@@ -80,7 +80,24 @@ class SilverPlan:
 
     @property
     def history_columns(self) -> tuple[str, ...]:
-        return self.row_columns + HISTORY_COLUMNS
+        """History's columns; with chosen columns, also the change each version's values are
+        from (`_cdc_offset`, `_cdc_ts`: a version updated in place holds a later image than
+        the change that started it)."""
+        held = ("_cdc_offset", "_cdc_ts") if self.tracked is not None else ()
+        return self.row_columns + HISTORY_COLUMNS + held
+
+    @property
+    def tracked(self) -> tuple[str, ...] | None:
+        """The columns whose change starts a new history version (`history: {track: [...]}`
+        or `{except: [...]}`), as silver names them; None: every change does."""
+        chosen = self.spec.tracked
+        if chosen is None:
+            return None
+        listed = {c.lower() for c in chosen.columns}
+        names = [name for _, name in self.projection.columns if name not in self.projection.key]
+        if chosen.track:
+            return tuple(name for name in names if name.lower() in listed)
+        return tuple(name for name in names if name.lower() not in listed)
 
 
 def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) -> SilverPlan:
@@ -100,6 +117,7 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
     except ConfigError as exc:
         raise ConfigError(f"{exc.detail} (table {first.qualified})", file,
                           f"tables[{index}].{exc.path or 'projection'}") from None
+    _check_tracked(spec, projection, file, f"tables[{index}].history", first.qualified)
     texts = {c.name for c in first.key_text_columns}
     key_texts = tuple((source, out) for source, out in zip(first.key, projection.key)
                       if source in texts)
@@ -110,6 +128,28 @@ def plan_silver(spec: Table, sources: list[SourceTable], file: str, index: int) 
                               f"columns: {', '.join(plan.columns)})", file,
                               f"tables[{index}].cluster_by[{n}]")
     return plan
+
+
+def _check_tracked(spec: Table, projection: Projection, file: str, path: str,
+                   source: str) -> None:
+    """The columns `history` tracks (or leaves out) are silver's, and none is a key column: a
+    version belongs to one key (a key change ends it and starts another at the new key), so a
+    key column is neither tracked nor left out."""
+    chosen = spec.tracked
+    if chosen is None:
+        return
+    at = f"{path}.{'track' if chosen.track else 'except'}"
+    names = {name.lower(): name for _, name in projection.columns}
+    keys = {k.lower() for k in projection.key}
+    for n, column in enumerate(chosen.columns):
+        if column.lower() not in names:
+            raise ConfigError(f"`{column}` is not a column of silver table `{spec.name}` (it "
+                              f"has {', '.join(names.values())}; table {source})", file,
+                              f"{at}[{n}]")
+        if column.lower() in keys:
+            raise ConfigError(f"`{column}` is a key column: a history version belongs to one "
+                              f"key (a key change ends it and starts one at the new key), so "
+                              f"key columns are neither tracked nor left out", file, f"{at}[{n}]")
 
 
 def silver_plans(pipeline, view, kept: dict[str, set[str]] | None = None) -> list[SilverPlan]:

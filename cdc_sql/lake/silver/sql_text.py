@@ -112,6 +112,8 @@ def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
 
 
 def history_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) -> str:
+    if plan.tracked is not None:
+        return _tracked_versions_sql(lake, plan, candidates_view)
     return render(
         "history_versions",
         key=", ".join(quote(k) for k in plan.key),
@@ -123,27 +125,63 @@ def history_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) -> 
     )
 
 
-def history_resnapshot_sql(lake: Lake, plan: SilverPlan, changes_view: str) -> str:
+def _tracked_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) -> str:
+    """History with chosen columns (history_tracked_versions.sql): a change opens a version
+    when a tracked column differs from the key's change before it."""
+    key = ", ".join(quote(k) for k in plan.key)
+    order = f"OVER (PARTITION BY {key} ORDER BY _cdc_offset, _cdc_remove DESC)"
     return render(
-        "history_resnapshot",
+        "history_tracked_versions",
+        key=key,
+        candidates=quote(candidates_view),
+        columns=", ".join(quote(c) for c in plan.row_columns),
+        history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
+        last_columns=", ".join(f"l.{quote(c)}" for c in plan.row_columns),
+        history=table_ref(lake.history_path(plan.spec.name)),
+        key_match=key_match(plan, "h", "f"),
+        run_match=key_match(plan, "l", "b"),
+        same=" AND ".join(f"{quote(c)} <=> LAG({quote(c)}) {order}" for c in plan.tracked)
+        or "TRUE",
+    )
+
+
+def history_resnapshot_sql(lake: Lake, plan: SilverPlan, changes_view: str) -> str:
+    """With chosen columns, a row differs from its current version when a tracked column
+    does (history_tracked_resnapshot.sql); else when any does."""
+    tracked = plan.tracked is not None
+    return render(
+        "history_tracked_resnapshot" if tracked else "history_resnapshot",
         changes=quote(changes_view),
         history=table_ref(lake.history_path(plan.spec.name)),
         columns=", ".join(f"f.{quote(c)}" for c in plan.row_columns),
         history_columns=", ".join(f"h.{quote(c)}" for c in plan.row_columns),
         key_match=key_match(plan, "h", "f"),
-        same=" AND ".join(f"h.{quote(c)} <=> f.{quote(c)}" for c in plan.row_columns),
+        **({"tracked_same": _same(plan.tracked)} if tracked else
+           {"same": _same(plan.row_columns)}),
     )
 
 
-def history_merge_sql(lake: Lake, plan: SilverPlan, versions_view: str) -> str:
+def _same(columns) -> str:
+    """History's current version (h) and a new row (f) agree on `columns`."""
+    return " AND ".join(f"h.{quote(c)} <=> f.{quote(c)}" for c in columns) or "TRUE"
+
+
+def history_merge_sql(lake: Lake, plan: SilverPlan, versions_view: str,
+                      dropped: tuple[str, ...] = ()) -> str:
+    """`dropped` (chosen columns only): history columns the source no longer has; a version
+    updated in place sets them NULL, as silver's row."""
     columns = [quote(c) for c in plan.history_columns]
+    tracked = {} if plan.tracked is None else {"assignments": ", ".join(
+        [*(f"t.{quote(c)} = s.{quote(c)}" for c in plan.row_columns if c not in plan.key),
+         *(f"t.{quote(c)} = NULL" for c in dropped)])}
     return render(
-        "history_merge",
+        "history_tracked_merge" if tracked else "history_merge",
         history=table_ref(lake.history_path(plan.spec.name)),
         versions=quote(versions_view),
         key_match=key_match(plan, "t", "s"),
         columns=", ".join(columns),
         values=", ".join(f"s.{c}" for c in columns),
+        **tracked,
     )
 
 

@@ -128,7 +128,7 @@ def batch_steps(lake: Lake, plan: SilverPlan, window: Window, facts: Facts,
                           sql=history_versions_sql(lake, plan, candidates), kind=StepKind.STAGE,
                           name=lake.staging_path(f"{name}_history"), view=f"cdc_versions_{name}",
                           crash_point="history.staged"))
-        steps.append(_history_merge(lake, plan))
+        steps.append(_history_merge(lake, plan, facts.dropped(plan)))
     return steps
 
 
@@ -164,9 +164,9 @@ def replace_steps(lake: Lake, plan: SilverPlan, window: Window, changes_view: st
     return steps
 
 
-def _history_merge(lake: Lake, plan: SilverPlan) -> Step:
+def _history_merge(lake: Lake, plan: SilverPlan, dropped: tuple[str, ...] = ()) -> Step:
     return Step(title="the MERGE into history",
-                sql=history_merge_sql(lake, plan, f"cdc_versions_{plan.spec.name}"),
+                sql=history_merge_sql(lake, plan, f"cdc_versions_{plan.spec.name}", dropped),
                 kind=StepKind.HISTORY_MERGE, crash_point="history.merged")
 
 
