@@ -192,7 +192,7 @@ def _sql_only_option(parser: argparse.ArgumentParser) -> None:
 
 def _engine(args, pipeline: Pipeline):
     return engine.start(args.engine or pipeline.engine.mode,
-                        args.engine_url or pipeline.engine.url)
+                        args.engine_url or pipeline.engine.url, pipeline.engine.conf)
 
 
 def _validate(args) -> int:

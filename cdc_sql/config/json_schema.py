@@ -63,6 +63,11 @@ def _property(hint: Any, rules: dict, path: str, required: bool = False) -> dict
                 **not_empty}
     if hasattr(hint, "__dataclass_fields__"):
         return {**_object(hint, path), **doc}
+    if typing.get_origin(hint) is dict:  # names to text (engine.conf)
+        return {**doc, "type": "object",
+                "propertyNames": {"pattern": f"^{rules['key_pattern'].pattern}$"},
+                "additionalProperties": {"type": ["string", "number", "boolean"],
+                                         **_NO_ENVIRONMENT}}
     if hint is str:
         out: dict = {"type": "string"}
         if "choices" in rules:
@@ -149,7 +154,7 @@ def _section(title: str, node: dict, path: str) -> list[str]:
     for name, prop in node["properties"].items():
         key = f"{path}.{name}" if path else name
         items = prop.get("items", {})
-        if prop.get("type") == "object" or items.get("type") == "object":
+        if "properties" in prop or "properties" in items:
             nested.append((key + ("[]" if items else ""), items or prop))
         default = "required" if name in required else (
             f"`{json.dumps(prop['default'])}`" if "default" in prop else "")

@@ -148,6 +148,10 @@ class EngineConfig:
                           "reference path): no window merged in this process by delta-rs, no "
                           "first version written during the snapshot; the CLI's --sql-only "
                           "sets it", False)
+    conf: dict[str, str] = _key("Spark settings (spark.*) for the JVM Spark cdc-sql starts "
+                                "itself (mode local), e.g. a metastore for target.catalog "
+                                "(docs/engines.md); a remote or active Spark has its own",
+                                {}, key_pattern=re.compile(r"spark\.[A-Za-z0-9_.\-]+"))
 
 
 @dataclass(frozen=True)
@@ -468,6 +472,8 @@ def _did_you_mean(name: str, known) -> str:
 
 def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> Any:
     origin = typing.get_origin(hint)
+    if origin is dict:
+        return _mapping(hint, value, rules, path, doc)
     if origin is list:
         (item_hint,) = typing.get_args(hint)
         if not isinstance(value, list):
@@ -521,6 +527,31 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
                             f"with a digit)", path)
         return value
     raise TypeError(f"unsupported config type {hint}")
+
+
+def _mapping(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> dict:
+    """A mapping of names to text (engine.conf): each name fits `key_pattern`, each value is
+    text as written (`true`, `8` and `8g` alike: Spark reads its settings as text)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise doc.error(f"expected a mapping, got {_kind(value)}", path)
+    _, item_hint = typing.get_args(hint)
+    out = {}
+    for name, item in value.items():
+        child = f"{path}.{name}"
+        if not rules["key_pattern"].fullmatch(name):
+            raise doc.error(f"`{name[:60]}` is not a Spark setting (spark.<name>)", child)
+        if re.search(r"password|secret|token|credential|access\.?key", name, re.I):
+            raise doc.error(f"`{name}` holds a secret, which a pipeline file must not: give it "
+                            f"to Spark itself (its spark-defaults.conf or hive-site.xml)", child)
+        if not isinstance(item, str) and child in doc.texts:
+            item = doc.texts[child]
+        if item is None or isinstance(item, (list, dict)) or item == "":
+            raise doc.error(f"expected a value, got {_kind(item) if item != '' else 'nothing'}",
+                            child)
+        out[name] = _convert(item_hint, item, {}, child, doc)
+    return out
 
 
 def _shown(value: Any, path: str, doc: Document) -> str:
