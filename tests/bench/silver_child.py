@@ -11,13 +11,10 @@ import logging
 import sys
 import time
 
-from cdc_sql import engine as engines
-from cdc_sql.config.model import load_pipeline
 from cdc_sql.lake.tables import table_ref
 from cdc_sql.run.merge_phase import MergePhase, Seen
-from cdc_sql.run.runner import Runner
-from cdc_sql.source.preflight import inspect_source
 from cdc_sql.sql import quote
+from tests.bench.capture_child import prepared
 
 
 def bare_merge(engine, silver: str, bronze: str, key: str) -> str:
@@ -62,12 +59,8 @@ def main(path: str, warmup_copy: str, bare_copy: str) -> None:
     handler = logging.StreamHandler(sys.stderr)  # each step's time (execute.run_batch), for
     handler.setFormatter(logging.Formatter("%(message)s"))  # the profile silver.py prints
     logging.getLogger("cdc_sql").addHandler(handler)
-    pipeline = load_pipeline(path)
-    engine = engines.start(pipeline.engine.mode, pipeline.engine.url)
-    try:
-        runner = Runner(pipeline, engine)
-        view = inspect_source(pipeline)
-        runner.ensure_bronze(view)
+    with prepared(path) as (runner, view):
+        engine = runner.lake.engine
         changes = runner.capture(view, runner.state.load(), view.end)
         (table,) = view.source_tables
         bronze, jobs = runner.lake.changes_path(table.db, table.name), Jobs(engine)
@@ -88,8 +81,6 @@ def main(path: str, warmup_copy: str, bare_copy: str) -> None:
             == 0 == engine.read(bare_copy).exceptAll(engine.read(silver).select(*columns)).count()
         print(json.dumps({"changes": changes, "step": step, "step_jobs": step_jobs,
                           "bare": bare, "bare_jobs": bare_jobs}))
-    finally:
-        engine.stop()
 
 
 if __name__ == "__main__":
