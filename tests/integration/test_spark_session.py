@@ -1,14 +1,18 @@
 """What a Databricks job does, on JVM Spark with Delta: engine mode `active` takes the
 SparkSession the caller started (and leaves it running), and `target.catalog: spark_catalog`
 with `target.schema` registers every silver table (and its history) in the session's catalog,
-where spark-sql reads them by name. Delta Spark only (Sail has no catalog but its session's:
-test_operate covers it)."""
+where spark-sql reads them by name; with a Hive metastore in Derby (`engine.conf`), another
+Spark process that knows only the metastore reads them by name too. Delta Spark only (Sail has
+no catalog but its session's: test_operate covers it)."""
+from pathlib import Path
+
 import pytest
 
 from cdc_sql import engine as engines
 from tests.engines import kind, on_jvm
 from tests.integration.helpers import assert_silver_equals, run
 
+ROOT = str(Path(__file__).resolve().parents[2])
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not on_jvm(), reason="needs Delta Spark (a JVM engine)")]
 
@@ -85,14 +89,22 @@ def _metastore(tmp_path) -> dict:
             "spark.hadoop.hive.metastore.schema.verification": "false"}
 
 
-def _cli_run(pipeline) -> None:
+def _in_tmp() -> dict:
+    """The environment of a process run in a temporary directory (Derby writes derby.log where
+    it runs) that imports this checkout's cdc_sql."""
     import os
+
+    return {**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret",
+            "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+
+
+def _cli_run(pipeline) -> None:
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "run", pipeline.file,
                            "--until-caught-up"], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret"})
+                          cwd=Path(pipeline.file).parent, env=_in_tmp())
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -122,7 +134,8 @@ def test_silver_in_a_hive_metastore_is_read_by_name_from_another_process(
                    "spark.sql.catalog.spark_catalog":
                        engines.LOCAL_CONF["spark.sql.catalog.spark_catalog"]}
     done = subprocess.run([sys.executable, "-c", READER, json.dumps(reader_conf),
-                           json.dumps(queries)], capture_output=True, text=True, timeout=600)
+                           json.dumps(queries)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env=_in_tmp())
     assert done.returncode == 0, done.stderr[-3000:]
     silver, history, tables = json.loads(done.stdout.strip().splitlines()[-1])
     assert silver == [[1, "a", None], [2, "B", 7], [3, "c", 9]]
