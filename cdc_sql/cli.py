@@ -192,7 +192,8 @@ def _sql_only_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine(args, pipeline: Pipeline):
-    return engine.start(_engine_mode(args, pipeline), args.engine_url or pipeline.engine.url)
+    return engine.start(_engine_mode(args, pipeline), args.engine_url or pipeline.engine.url,
+                        pipeline.engine.conf)
 
 
 def _engine_mode(args, pipeline: Pipeline) -> str:

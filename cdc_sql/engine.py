@@ -63,6 +63,7 @@ class Engine:
     optimizes = True  # OPTIMIZE and VACUUM
     alters_columns = True  # ALTER TABLE ADD COLUMNS
     time_travels = True  # VERSION AS OF any version the log keeps
+    catalogs = True  # tables registered by name outlive the session (a metastore, Unity)
 
     @property
     def spark(self):
@@ -203,6 +204,7 @@ class SailEngine(Engine):
     optimizes = False
     alters_columns = False
     time_travels = False
+    catalogs = False
 
     def read(self, path: str, version: int | None = None):
         if version is None:
@@ -258,8 +260,14 @@ def probe(spark) -> tuple[type[Engine], str]:
     return DeltaSparkEngine, str(version).split(" ")[0]
 
 
-def start(mode: str = "sail", url: str = "") -> Engine:
+def start(mode: str = "sail", url: str = "", conf: dict | None = None) -> Engine:
+    """The engine for `mode`; `conf` (engine.conf) are Spark settings for the JVM that mode
+    `local` starts: any other engine was started by someone else, with settings of its own."""
     mode = mode or "sail"
+    if conf and mode != "local":
+        raise CdcError(f"engine.conf sets the JVM Spark cdc-sql starts itself (engine mode "
+                       f"local); a `{mode}` engine takes its settings where it is started: "
+                       f"remove engine.conf or use engine mode local")
     try:
         import pyspark  # noqa: F401 - not a dependency: a Databricks job has its runtime's
     except ImportError:
@@ -278,7 +286,7 @@ def start(mode: str = "sail", url: str = "") -> Engine:
                            "job); use `sail` to run locally")
         return _probed(mode, spark)
     if mode == "local":
-        return _start_local()
+        return _start_local(conf or {})
     raise CdcError(f"unknown engine mode `{mode}` ({', '.join(MODES)})")
 
 
@@ -402,9 +410,10 @@ def _true(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _start_local() -> Engine:
+def _start_local(conf: dict) -> Engine:
     """A JVM starts on first use, or in the background from `Engine.prepare()` (seconds), like
-    Sail: a run whose windows are all merged in this process never starts one."""
+    Sail: a run whose windows are all merged in this process never starts one. `conf` comes
+    last, so a pipeline can set anything (a Hive metastore: docs/engines.md, "Catalogs")."""
     import pyspark
 
     from cdc_sql import jars
@@ -421,7 +430,7 @@ def _start_local() -> Engine:
         builder = SparkSession.builder.master("local[*]").appName("cdc-sql") \
             .config("spark.jars", ",".join(delta)) \
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J}")
-        for key, value in {**LOCAL_CONF, **s3a_settings(os.environ)}.items():
+        for key, value in {**LOCAL_CONF, **s3a_settings(os.environ), **conf}.items():
             builder = builder.config(key, value)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname warning
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # UDF workers: this Python

@@ -63,11 +63,14 @@ def _property(hint: Any, rules: dict, path: str, required: bool = False) -> dict
         items = {"choices": rules["item_choices"]} if "item_choices" in rules else {}
         return {**doc, "type": "array", "items": _property(item, items, f"{path}[]"),
                 **not_empty}
-    if typing.get_origin(hint) is dict:  # table properties: names to text, numbers, booleans
-        return {**doc, "type": "object",
-                "additionalProperties": {"type": ["string", "number", "boolean"]}}
     if hasattr(hint, "__dataclass_fields__"):
         return {**_object(hint, path), **doc}
+    if typing.get_origin(hint) is dict:  # names to text (table properties, engine.conf)
+        names = ({"propertyNames": {"pattern": f"^{rules['key_pattern'].pattern}$"}}
+                 if "key_pattern" in rules else {})
+        return {**doc, "type": "object", **names,
+                "additionalProperties": {"type": ["string", "number", "boolean"],
+                                         **_NO_ENVIRONMENT}}
     if isinstance(hint, types.UnionType):  # true/false, or a mapping of finer choices
         return {**doc, "anyOf": [_property(arg, {}, path) for arg in typing.get_args(hint)]}
     if hint is str:

@@ -158,6 +158,10 @@ class EngineConfig:
                           "reference path): no window merged in this process by delta-rs, no "
                           "first version written during the snapshot; the CLI's --sql-only "
                           "sets it", False)
+    conf: dict[str, str] = _key("Spark settings (spark.*) for the JVM Spark cdc-sql starts "
+                                "itself (mode local), e.g. a metastore for target.catalog "
+                                "(docs/engines.md); a remote or active Spark has its own",
+                                {}, key_pattern=re.compile(r"spark\.[A-Za-z0-9_.\-]+"))
 
 
 @dataclass(frozen=True)
@@ -566,12 +570,8 @@ def _did_you_mean(name: str, known) -> str:
 
 def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> Any:
     origin = typing.get_origin(hint)
-    if origin is dict:  # text -> text (a table's properties): YAML's true and 30 as written
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise doc.error(f"expected a mapping, got {_kind(value)}", path)
-        return {str(k): _property_text(v, f"{path}.{k}", doc) for k, v in value.items()}
+    if origin is dict:
+        return _mapping(hint, value, rules, path, doc)
     if origin is list:
         (item_hint,) = typing.get_args(hint)
         if not isinstance(value, list):
@@ -636,12 +636,33 @@ def _convert(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> An
     raise TypeError(f"unsupported config type {hint}")
 
 
-def _property_text(value: Any, path: str, doc: Document) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)) or value is None:
-        raise doc.error(f"expected text, a number or true/false, got {_kind(value)}", path)
-    return doc.texts.get(path, str(value)) if not isinstance(value, str) else value
+def _mapping(hint: Any, value: Any, rules: dict, path: str, doc: Document) -> dict:
+    """A mapping of names to text (a table's properties, engine.conf): each name fits
+    `key_pattern` where there is one, none names a secret, and each value is text as written
+    (`true`, `30` and `8g` alike: Spark and Delta read their settings as text)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise doc.error(f"expected a mapping, got {_kind(value)}", path)
+    out = {}
+    for name, item in value.items():
+        name, child = str(name), f"{path}.{name}"
+        if "key_pattern" in rules and not rules["key_pattern"].fullmatch(name):
+            raise doc.error(f"`{name[:60]}` is not a Spark setting (spark.<name>)", child)
+        if re.search(r"password|secret|token|credential|access\.?key", name, re.I):
+            raise doc.error(f"`{name}` holds a secret, which a pipeline file must not: give it "
+                            f"to Spark itself (its spark-defaults.conf or hive-site.xml)", child)
+        out[name] = _setting_text(item, child, doc)
+    return out
+
+
+def _setting_text(value: Any, path: str, doc: Document) -> str:
+    if value is None or value == "" or isinstance(value, (list, dict)):
+        raise doc.error(f"expected text, a number or true/false, got "
+                        f"{_kind(value) if value != '' else 'nothing'}", path)
+    if isinstance(value, bool) and path not in doc.texts:
+        value = "true" if value else "false"
+    return _convert(str, value, {}, path, doc)
 
 
 def _shown(value: Any, path: str, doc: Document) -> str:

@@ -67,10 +67,22 @@ def run_pipeline(pipeline: Pipeline, engine, stop: threading.Event, until_caught
             delay = min(delay * 2, 30.0)
 
 
+def refuse_catalog(pipeline: Pipeline, engine) -> None:
+    """`target.catalog` on an engine whose names die with its session (Sail 0.7: its catalog
+    is its session's) would register nothing anyone could read: refused before anything is
+    written. `target.schema` alone names the tables in the session (docs/engines.md)."""
+    if pipeline.target.catalog and not engine.catalogs:
+        raise CdcError(f"{pipeline.file}: target.catalog `{pipeline.target.catalog}`: the "
+                       f"{engine.kind} engine has no catalog that outlives its session; "
+                       f"register tables with a JVM Spark or Databricks (engine mode local, "
+                       f"remote or active), or leave target.catalog out")
+
+
 class Runner:
     def __init__(self, pipeline: Pipeline, engine, stop: threading.Event | None = None):
         layout.check_engine(pipeline, engine.mode)
         self.pipeline = pipeline
+        refuse_catalog(pipeline, engine)
         self.lake = Lake.open(engine, pipeline.root, pipeline.engine.sql_only)
         self.state = State(self.lake)
         self.stop = stop or threading.Event()

@@ -18,6 +18,8 @@ many       5 table count                                 10,000 tables          
 load       6 lag at the highest write rate               300 s of writing        sail, local
 big        7 a 100M-row first load (slow: only named)    100M rows               sail
 s3         local vs s3:// targets (moto; only named)     250k, 1M rows           sail
+silver     silver step on the engine's SQL vs a bare     50k changes             sail, local
+           MERGE INTO in the same session (issue 35)
 
 `--sizes` sets the rows or changes of every stage chosen but values, many and load (rows of
 1-14 MB, tables, seconds of writing): `--size STAGE=N,M` sets any one stage's.
@@ -33,7 +35,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 
 from cdc_sql.dev.mariadb import MariaDB
-from tests.bench import binlog, common, load, memory, objstore, snapshot
+from tests.bench import binlog, common, load, memory, objstore, silver, snapshot
 from tests.bench.common import Goal, Result, machine_load
 
 SAIL, BOTH = ("sail",), ("sail", "local")
@@ -46,7 +48,8 @@ STAGES = {"snapshot": (snapshot.run, [2_000_000, 10_000_000], SAIL),
           "many": (snapshot.run_many, [10_000], SAIL),
           "load": (load.run, [300], BOTH),  # goal 6 names Sail and Spark + Delta
           "big": (snapshot.run_big, [100_000_000], SAIL),
-          "s3": (objstore.run, [250_000, 1_000_000], SAIL)}
+          "s3": (objstore.run, [250_000, 1_000_000], SAIL),
+          "silver": (silver.run, [50_000], BOTH)}  # issue 35: Spark + Delta vs a bare MERGE
 ONLY_NAMED = {"big", "s3"}  # big: slow; s3: no goal of its own
 NOT_ROWS = {"values", "many", "load"}  # sizes of 1-14 MB rows, tables, seconds: --size only
 ENGINES = ("sail", "local", "cluster")

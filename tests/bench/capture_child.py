@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
 
 from cdc_sql import engine as engines
 from cdc_sql.config.model import load_pipeline
@@ -12,18 +13,26 @@ from cdc_sql.run.runner import Runner
 from cdc_sql.source.preflight import inspect_source
 
 
-def main(path: str) -> None:
+@contextmanager
+def prepared(path: str):
+    """A pipeline's engine started and its bronze tables there, as a run has them: the
+    Runner and the source's view; the engine stopped at the end."""
     pipeline = load_pipeline(path)
     engine = engines.start(pipeline.engine.mode, pipeline.engine.url)
     try:
         runner = Runner(pipeline, engine)
         view = inspect_source(pipeline)
         runner.ensure_bronze(view)
+        yield runner, view
+    finally:
+        engine.stop()
+
+
+def main(path: str) -> None:
+    with prepared(path) as (runner, view):
         started = time.perf_counter()
         changes = runner.capture(view, runner.state.load(), view.end)
         print(json.dumps({"changes": changes, "seconds": time.perf_counter() - started}))
-    finally:
-        engine.stop()
 
 
 if __name__ == "__main__":

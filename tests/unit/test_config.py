@@ -234,3 +234,28 @@ def test_connection_and_path_keys_take_the_environment(tmp_path):
 def test_every_example_pipeline_is_valid(example):
     pipeline = load_pipeline(example, environ={"MYSQL_PASSWORD": "x"})
     assert pipeline.tables
+
+
+def test_engine_conf_takes_spark_settings_as_text(tmp_path):
+    text = GOOD + ("engine:\n  mode: local\n  conf:\n    spark.sql.catalogImplementation: hive\n"
+                   "    spark.sql.shuffle.partitions: 4\n    spark.sql.ansi.enabled: true\n")
+    pipeline = load_pipeline(write(tmp_path, text), environ={"PW": "s3cret"})
+    assert pipeline.engine.conf == {"spark.sql.catalogImplementation": "hive",
+                                    "spark.sql.shuffle.partitions": "4",
+                                    "spark.sql.ansi.enabled": "true"}
+    assert load_pipeline(write(tmp_path, GOOD), environ={"PW": "s3cret"}).engine.conf == {}
+
+
+@pytest.mark.parametrize("conf, key, message", [
+    ("3", "engine.conf", "expected a mapping, got int"),
+    ("{javax.jdo.option.ConnectionURL: x}", "engine.conf.javax.jdo.option.ConnectionURL",
+     "is not a Spark setting"),
+    ("{spark.a: [1]}", "engine.conf.spark.a", "expected a value, got a list"),
+    ("{spark.a: }", "engine.conf.spark.a", "expected a value, got nothing"),
+    ("{spark.hadoop.javax.jdo.option.ConnectionPassword: pw}",
+     "engine.conf.spark.hadoop.javax.jdo.option.ConnectionPassword", "holds a secret"),
+    ("{spark.a: '${PW}'}", "engine.conf.spark.a", "reads the job's environment"),
+])
+def test_engine_conf_refuses_what_is_no_spark_setting(tmp_path, conf, key, message):
+    error = error_for(tmp_path, GOOD + f"engine:\n  mode: local\n  conf: {conf}\n")
+    assert error.path == key and message in str(error)

@@ -132,3 +132,24 @@ def test_parameters_go_in_as_literals_of_their_types_outside_quoted_text():
                         "f": None}) == (
         "SELECT 'it\\'s', ':a', `:a`, x::int, 3, 1.50BD, TIMESTAMP_NTZ '2024-01-02 03:04:05', "
         "DATE '2024-01-02', NULL -- :a\nFROM t WHERE o > 'it\\'s'")
+
+
+@pytest.mark.parametrize("mode", ["sail", "remote", "active"])
+def test_engine_conf_is_for_the_jvm_cdc_sql_starts(mode):
+    with pytest.raises(CdcError, match=f"engine.conf sets the JVM Spark cdc-sql starts itself "
+                                       f".*a `{mode}` engine takes its settings"):
+        engines.start(mode, "sc://127.0.0.1:1", {"spark.sql.catalogImplementation": "hive"})
+
+
+def test_a_catalog_on_sail_is_refused_before_anything_is_written():
+    from types import SimpleNamespace
+
+    from cdc_sql.run.runner import refuse_catalog
+
+    pipeline = SimpleNamespace(file="p.yaml", target=SimpleNamespace(catalog="main"))
+    with pytest.raises(CdcError, match="p.yaml: target.catalog `main`: the sail engine has no "
+                                       "catalog that outlives its session"):
+        refuse_catalog(pipeline, engines.SailEngine("sail", None))
+    refuse_catalog(pipeline, engines.DeltaSparkEngine("local", None))
+    refuse_catalog(SimpleNamespace(file="p.yaml", target=SimpleNamespace(catalog="")),
+                   engines.SailEngine("sail", None))
