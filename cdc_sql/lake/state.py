@@ -135,6 +135,7 @@ class SplitEntry(Entry):
     reader: str | None = None
     read_end: str | None = None
     server: str = ""  # the server whose binlog `watermark_position` is a place in
+    predicate: str = ""  # a range re-read's rows instead of a key range (source/splits.py)
 
     @property
     def name(self) -> str:
@@ -180,6 +181,9 @@ class TableEntry(Entry):
     # A re-snapshot is under way: the offset after which the new silver reads binlog changes
     # (its splits' rows stand at watermarks past it); "" when none is.
     resnapshot: str = ""
+    # The highest split id of a range re-read (`resnapshot --where`) merged into it: one at the
+    # applied offset itself (nothing changed since) still counts as not merged (planner.py).
+    ranged: int = -1
 
     @property
     def name(self) -> str:
@@ -359,6 +363,11 @@ class Checkpoint:
     def resnapshots(self) -> list[ResnapshotEntry]:
         return [e for (kind, _), e in self.entries.items()  # type: ignore[misc]
                 if kind == "resnapshot"]
+
+    def next_split_id(self, source_table: str) -> int:
+        """An id no split of the table ever had (retired ones too): a range re-read's."""
+        return max((s.split_id for s in self._splits.get(source_table, {}).values()),
+                   default=-1) + 1
 
     def splits(self, source_table: str) -> list[SplitEntry]:
         found = [s for s in self._splits.get(source_table, {}).values() if not s.retired]

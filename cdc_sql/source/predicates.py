@@ -30,6 +30,8 @@ _NUMERIC = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "yea
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _ALLOWED = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren,
             exp.And, exp.Or, exp.Not, exp.Between, exp.In, exp.Is, exp.Neg, *_COMPARISONS)
+_TESTS = (exp.And, exp.Or, exp.Not, exp.Between, exp.In, exp.Is, exp.Boolean, *_COMPARISONS)
+_VALUES = (exp.Column, exp.Literal, exp.Neg, exp.Null, exp.Boolean)
 _WHAT = {exp.Anonymous: "a function", exp.Func: "a function", exp.Subquery: "a subquery",
          exp.Select: "a subquery", exp.Parameter: "a variable",
          exp.SessionParameter: "a variable", exp.Placeholder: "a placeholder",
@@ -53,6 +55,10 @@ def check(text: str, table: SourceTable) -> str:
             _check_column(node, table, where)
         if isinstance(node, exp.Neg) and not _number(node.this):
             raise ConfigError(f"{where}: `-` applies to a number only")
+    for node in tree.walk():
+        _check_operands(node, where)
+    if not isinstance(_bare(tree), _TESTS):
+        raise ConfigError(f"{where}: not a condition (compare a key column with a value)")
     if not any(isinstance(node, exp.Column) for node in tree.walk()):
         raise ConfigError(f"{where}: it names no column of the table")
     return tree.sql(dialect="mysql")
@@ -73,6 +79,28 @@ def _parse(text: str, where: str) -> exp.Expression:
             set(k for k, v in select.args.items() if v) != {"expressions", "where"}:
         raise ConfigError(f"{where}: not a single predicate")
     return select.args["where"].this
+
+
+def _bare(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _check_operands(node: exp.Expression, where: str) -> None:
+    """AND, OR and NOT join conditions; comparisons, BETWEEN, IN and IS compare values (a
+    column is no condition in Spark, a condition no value)."""
+    if isinstance(node, exp.Paren):
+        return
+    wanted = _TESTS if isinstance(node, (exp.And, exp.Or, exp.Not)) else \
+        _VALUES if isinstance(node, _TESTS) else None
+    if wanted is None:
+        return
+    for child in node.iter_expressions():
+        if not isinstance(_bare(child), wanted):
+            raise ConfigError(f"{where}: `{child.sql(dialect='mysql')[:40]}` is not a "
+                              f"{'condition' if wanted is _TESTS else 'column or value'} "
+                              f"where `{node.key.upper()}` wants one")
 
 
 def _check_column(node: exp.Column, table: SourceTable, where: str) -> None:

@@ -53,6 +53,9 @@ def test_accepted(text, canonical):
     ("region <> 'a'", "string key column `region`"),
     ("id = id + 1", "is not allowed"),
     ("(id, region) = (1, 'a')", "a row constructor"),
+    ("id", "not a condition"),
+    ("id AND id = 1", "`id` is not a condition where `AND` wants one"),
+    ("(id = 1) = TRUE", "is not a column or value"),
 ])
 def test_refused_in_one_line(text, says):
     with pytest.raises(ConfigError) as raised:
@@ -99,7 +102,24 @@ def test_fuzzed_predicates_are_refused_or_safe(parts, last, wrap):
         return
     tree = sqlglot.parse_one(canonical, read="mysql")
     assert {c.name for c in tree.find_all(sqlglot.exp.Column)} <= {"id", "region"}
-    assert not list(tree.find_all(sqlglot.exp.Func))
+    assert not [f for f in tree.find_all(sqlglot.exp.Func)
+                if not isinstance(f, sqlglot.exp.Connector)]
+    assert all(not isinstance(op.this, sqlglot.exp.Column)
+               for op in tree.find_all(sqlglot.exp.Connector))
     assert predicates.check(canonical, TABLE) == canonical  # stable
     sql, args = predicates.bound(canonical, "spark", lambda i: f":w{i}")
     assert sql.count(":w") == len(args)
+
+
+def test_a_range_split_reads_its_predicate():
+    from cdc_sql.source.splits import Split, group_splits
+
+    ranged = Split("shop.orders", 7, None, None, "id BETWEEN 1 AND 2 OR region = 'eu'")
+    assert Split.from_json(ranged.to_json()) == ranged
+    assert "predicate" not in Split("shop.orders", 0, None, None).to_json()
+    assert ranged.where(["`id`", "`region`"]) == \
+        ("`id` BETWEEN %s AND %s OR `region` = %s", [1, 2, "eu"])
+    assert ranged.where(["`id`"], literal=lambda v: repr(v))[0] == \
+        "`id` BETWEEN 1 AND 2 OR `region` = 'eu'"
+    plain = [Split("shop.orders", i, None, None) for i in range(7)]
+    assert group_splits([*plain, ranged], 80, 1)[-1] == [ranged]  # always read alone

@@ -68,6 +68,12 @@ SCENARIOS = {
               exclude_columns=["amount"]), [ORDERS],
         Window("000002:000000000100:000000", "000003:000000000200:000000",
                {"shop.orders": ((0, "b1", "000002:000000000300:000000"),)}, replace=True)),
+    "range_reread_with_history_and_soft_deletes": (
+        Table(name="orders", source="shop.orders", history=True, deletes="soft"), [ORDERS],
+        Window("000002:000000000100:000000", "000003:000000000200:000000",
+               {"shop.orders": ((5, "r1", "000002:000000000300:000000"),)},
+               ranges=(("shop.orders", "id BETWEEN 10 AND 20 OR id IN (7, -3)",
+                        "000002:000000000300:000000"),), ranged=5)),
 }
 RENAME = (("ddl", "000002:000000000150:000000", None,
            "ALTER TABLE orders RENAME COLUMN state TO status"),)
