@@ -324,13 +324,13 @@ def _verify(args) -> int:
             if not report.equal:
                 differing.append(report)
         if args.repair and differing:
-            differing = _repair(args, pipeline, engine, differing)
+            differing = _repair(pipeline, engine, differing)
     finally:
         engine.stop()
     return 1 if differing else 0
 
 
-def _repair(args, pipeline: Pipeline, engine, reports: list) -> list:
+def _repair(pipeline: Pipeline, engine, reports: list) -> list:
     """`verify --repair`: the differing keys of each table read again (one range re-read
     each), the pipeline run until caught up, then verified again; returns the reports that
     still differ."""
@@ -338,31 +338,37 @@ def _repair(args, pipeline: Pipeline, engine, reports: list) -> list:
     from cdc_sql.run.runner import run_pipeline
 
     plans = silver_plans(pipeline, preflight.inspect_source(pipeline))
-    asked = []
+    wanted: dict[str, tuple[str, set]] = {}  # source table -> (a silver table, its keys)
+    for report in reports:
+        if not report.keys:
+            raise CdcError(f"verify --repair: {report.name}: {report.summary()}; no key to "
+                           f"read again: re-snapshot it (cdc-sql resnapshot --tables "
+                           f"{report.name})")
+        plan = next(p for p in plans if p.spec.name == report.name)
+        order = [n for _, n in plan.projection.columns if n in plan.projection.key]
+        at = [order.index(k) for k in plan.sources[0].key if k in order]
+        name, keys = wanted.setdefault(plan.sources[0].qualified, (report.name, set()))
+        keys |= {tuple(k[i] for i in at) for found in report.keys.values() for k in found}
+    for name, keys in wanted.values():
+        if len(keys) > MAX_REPAIR_KEYS:
+            raise CdcError(f"verify --repair: {name}: {len(keys):,} keys differ (more than "
+                           f"{MAX_REPAIR_KEYS:,}): re-snapshot it whole (cdc-sql resnapshot "
+                           f"--tables {name})")
     with target_lock(pipeline.root, "run"):  # no run writes state meanwhile
-        for report in reports:
-            if not report.keys:
-                raise CdcError(f"verify --repair: {report.name}: {report.summary()}; no key to "
-                               f"read again: re-snapshot it (cdc-sql resnapshot --tables "
-                               f"{report.name})")
-            plan = next(p for p in plans if p.spec.name == report.name)
-            source = plan.sources[0]
-            keys = [k for found in report.keys.values() for k in found]
-            if len(set(keys)) > MAX_REPAIR_KEYS:
-                raise CdcError(f"verify --repair: {report.name}: {len(set(keys)):,} keys differ "
-                               f"(more than {MAX_REPAIR_KEYS:,}): re-snapshot it whole "
-                               f"(cdc-sql resnapshot --tables {report.name})")
-            order = [n for _, n in plan.projection.columns if n in plan.projection.key]
-            predicate = repair_predicate(keys, [source.column(n) for n in order])
-            request_range(args, pipeline, plans, report.name, predicate, engine, accept=True)
-            asked.append((report.name, len(set(keys))))
+        for name, keys in wanted.values():
+            table = next(p for p in plans if p.spec.name == name).sources[0]
+            predicate = repair_predicate(sorted(keys, key=repr),
+                                         [table.column(k) for k in table.key])
+            request_range(pipeline, plans, name, predicate, engine,
+                          accept=tuple(r.name for r in reports))
         run_pipeline(pipeline, engine, threading.Event(), True, 300.0)
     checkpoint = State(Lake.open(engine, pipeline.root)).load()
     still = []
-    for name, count in asked:
-        report = verify_table(engine, pipeline, pipeline.table(name), checkpoint)
-        print(f"{name}: repaired {count:,} differing keys (read again at a watermark); now "
-              f"{report.summary()}")
+    for report in reports:
+        count = len({k for found in report.keys.values() for k in found})
+        report = verify_table(engine, pipeline, pipeline.table(report.name), checkpoint)
+        print(f"{report.name}: repaired {count:,} differing keys (read again at a watermark); "
+              f"now {report.summary()}")
         if not report.equal:
             still.append(report)
     return still
@@ -398,7 +404,7 @@ def _resnapshot_range(args, pipeline: Pipeline, names: list[str], plans) -> int:
         raise CdcError("resnapshot --where: name exactly one table with --tables")
     engine = _engine(args, pipeline)
     try:
-        entry = request_range(args, pipeline, plans, names[0], args.where, engine)
+        entry = request_range(pipeline, plans, names[0], args.where, engine)
     finally:
         engine.stop()
     print(f"range re-read requested: {entry.source_table} where {entry.predicate}")
@@ -408,11 +414,12 @@ def _resnapshot_range(args, pipeline: Pipeline, names: list[str], plans) -> int:
     return 0
 
 
-def request_range(args, pipeline: Pipeline, plans, name: str, where: str, engine,
-                  accept: bool = False):
+def request_range(pipeline: Pipeline, plans, name: str, where: str, engine,
+                  accept: tuple[str, ...] = ()):
     """Check a range re-read of silver table `name` and write its split into state. `accept`
-    (verify --repair, which reads every differing key again): silver's commits since cdc-sql's
-    last one are taken as its own, so a hand change does not stop the repair."""
+    (verify --repair, which reads every differing key again): of these silver tables, the
+    commits since cdc-sql's last one are taken as its own, so a hand change does not stop the
+    repair."""
     from cdc_sql import resnapshot
     from cdc_sql.source import predicates
 
@@ -428,9 +435,9 @@ def request_range(args, pipeline: Pipeline, plans, name: str, where: str, engine
     if why:
         raise CdcError(f"resnapshot --tables {name} --where {where[:200]!r}: {why}")
     entry = resnapshot.range_request(checkpoint, source.qualified, predicate)
-    table = checkpoint.table(name)
-    accepted = [replace(table, silver_version=lake.tables.version(lake.silver_path(name)))] \
-        if accept and table is not None else []
+    accepted = [replace(table, silver_version=lake.tables.version(lake.silver_path(p.spec.name)))
+                for p in readers if p.spec.name in accept
+                for table in [checkpoint.table(p.spec.name)] if table is not None]
     state.write(entry, *accepted)
     return entry
 

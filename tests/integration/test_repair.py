@@ -60,6 +60,9 @@ def test_a_range_is_read_again_under_a_writer_and_kills(mariadb, database, engin
                   "id BETWEEN 900 AND 2500 OR id IN (6001, 6002, 6003) OR id >= 6004 AND "
                   "id < 900000", wait=120)
         assert f"range re-read requested: {database}.items where id BETWEEN 900 AND 2500" in out
+        status = cli("status", pipeline.file, wait=120)
+        assert "items: range re-read where id BETWEEN 900 AND 2500" in status and \
+            "(not read yet)" in status and "evens: range re-read" in status
         again = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "resnapshot",
                                 pipeline.file, "--tables", "items", "--where", "id = 1"],
                                env=environment(), capture_output=True, timeout=120)
@@ -144,3 +147,34 @@ def test_verify_repair_reads_again_what_differs_and_verifies_again(mariadb, data
     again = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "verify", pipeline.file],
                            env=environment(), capture_output=True, timeout=300)
     assert again.returncode == 0, again.stdout.decode()
+
+
+def test_bad_range_requests_are_refused_in_one_line_and_write_nothing(mariadb, database, engine,
+                                                                     make_pipeline):
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+                    "INSERT INTO items SELECT seq, 'v', seq FROM seq_1_to_50",
+                    "CREATE TABLE other (id INT PRIMARY KEY, v VARCHAR(40))",
+                    "INSERT INTO other SELECT seq, 'o' FROM seq_1_to_50", db=database)
+    pipeline = make_pipeline(f"""
+        - name: items
+          source: {database}.items
+        - name: other
+          source: {database}.other
+          projection: SELECT id AS other_id, v FROM other""")
+
+    def refused(tables: str, where: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "cdc_sql.cli", "resnapshot", pipeline.file,
+                               "--tables", tables, "--where", where], env=environment(),
+                              capture_output=True, timeout=120)
+        err = done.stderr.decode().strip()
+        assert done.returncode == 1 and len(err.splitlines()) == 1 and "Traceback" not in err
+        return err
+
+    assert "not merged yet" in refused("items", "id = 1")
+    run(pipeline, engine)
+    assert "name exactly one table with --tables" in refused("items,other", "id = 1")
+    assert f"on {database}.items: `n` is not a key column (id)" in refused("items", "n > 3")
+    assert "a function is not allowed" in refused("items", "id = SLEEP(1)")
+    assert "comments" in refused("items", "id = 1 -- x")
+    assert "other does not hold the key column `id` as it is" in refused("other", "id < 5")
+    assert not [s for s in checkpoint(engine, pipeline).all_splits() if s.predicate]

@@ -184,7 +184,7 @@ def range_removes_sql(lake: Lake, plan: SilverPlan, ranges, candidates: str
                  f"({rows}) AS s ON {key_match(plan, 'h', 's')} WHERE h._cdc_current")
     branches, args = [], {}
     for n, (source, predicate, watermark) in enumerate(ranges):
-        where, values = predicates.bound(predicate, "spark", lambda i: f":range_{n}_{i}")
+        where, values = predicates.bound(predicate, "spark", f":range_{n}_{{}}".format)
         args.update({f"range_{n}_{i}": v for i, v in enumerate(values)})
         args.update({f"range_{n}_at": watermark, f"range_{n}_source": source})
         branches.append(render(
