@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from cdc_sql.lake.state import CaptureEntry, SplitEntry, TableEntry
-from cdc_sql.source.offsets import Position
+from cdc_sql.source.offsets import Offset, Position
 
 Splits = dict[str, tuple[tuple[int, str, str], ...]]  # source table -> (id, attempt, watermark)
 
@@ -76,14 +76,25 @@ def next_window(entry: TableEntry | None, splits: list[SplitEntry],
         return None
     upto = capture.offset
     fresh = [s for s in splits if not s.predicate and (not s.watermark or s.watermark > applied)]
-    fresh += ranges
-    if fresh:
-        if not all(s.ready for s in fresh) or upto < max(s.watermark for s in fresh):
+    if fresh or ranges:
+        if not all(s.ready for s in fresh + ranges) or \
+                upto < max(s.watermark for s in fresh + ranges):
             return None
-        return Window(applied, upto, done_splits(fresh),
+        ranges = [replace(s, watermark=just_after(s.watermark)) for s in ranges]
+        return Window(applied, upto, done_splits(fresh + ranges),
                       ranges=tuple((s.source_table, s.predicate, s.watermark) for s in ranges),
                       ranged=max([entry.ranged, *(s.split_id for s in ranges)]))
     return Window(applied, upto, idle=idle)
+
+
+def just_after(watermark: str) -> str:
+    """Where a range re-read's rows stand: just after its watermark W (row 1 of W's place,
+    which no binlog change has: row events end before a transaction's boundary). They must
+    win over silver's rows at W itself (a first snapshot's rows at the same watermark, when
+    nothing changed since), which the MERGE's guard keeps against an equal offset, and lose
+    to every change after W."""
+    at = Offset.parse(watermark)
+    return replace(at, row=at.row + 1).text
 
 
 def _first_window(splits: list[SplitEntry], capture: CaptureEntry | None, snapshot_only: bool,

@@ -175,8 +175,9 @@ def test_a_range_reread_waits_then_joins_one_window_even_at_the_applied_offset(
     elif unfinished or captured < read:
         assert window is None
     else:
-        assert window.ranges == (("db.t", "id < 10", at(read)),) and window.ranged == 3
-        assert window.splits == {"db.t": ((3, "r3", at(read)),)} and not window.idle
+        after = Offset(1, read, 1).text  # just after W: over silver's rows at W itself
+        assert window.ranges == (("db.t", "id < 10", after),) and window.ranged == 3
+        assert window.splits == {"db.t": ((3, "r3", after),)} and not window.idle
         assert (window.after, window.upto) == (at(100), at(captured))
 
 
