@@ -137,6 +137,10 @@ def _parser() -> argparse.ArgumentParser:
     verify = command("verify", _verify, "compare silver with the source row by row; exit 0 when "
                      "equal, 1 with the differing keys")
     verify.add_argument("--tables", help="comma-separated silver table names (default: all)")
+    verify.add_argument("--repair", action="store_true",
+                        help="read the differing keys again at a watermark (one range re-read "
+                             "per table, silver changed by hand included), run the pipeline "
+                             "until caught up, verify again")
     _engine_options(verify)
     maintain = command("maintain", _maintain, "prune bronze that every silver table has applied, "
                        "compact and vacuum bronze, silver and state")
@@ -149,6 +153,11 @@ def _parser() -> argparse.ArgumentParser:
     again.add_argument("--tables", help="comma-separated silver table names (default: all; "
                                         "every table also mends a failover capture cannot "
                                         "resume from)")
+    again.add_argument("--where", metavar="PREDICATE",
+                       help="read again only the rows matching this MySQL predicate on key "
+                            "columns of the one table named by --tables (e.g. \"id BETWEEN 10 "
+                            "AND 20\"): silver's rows in it are replaced at a watermark, rows "
+                            "the source deleted removed; the rest of silver is not touched")
     _engine_options(again)
     init = commands.add_parser("init", help="print a starter pipeline for a source database",
                                description="print a commented starter pipeline for a source "
@@ -315,16 +324,64 @@ def _verify(args) -> int:
     pipeline = _load(args)
     names = _table_names(args, pipeline)
     engine = _engine(args, pipeline)
-    differing = 0
+    differing = []
     try:
         checkpoint = State(Lake.open(engine, pipeline.root)).load()
         for name in names:
-            report = verify_table(engine, pipeline, pipeline.table(name), checkpoint)
+            report = verify_table(engine, pipeline, pipeline.table(name), checkpoint,
+                                  keys=args.repair)
             print(f"{name}: {report.summary()}")
-            differing += not report.equal
+            if not report.equal:
+                differing.append(report)
+        if args.repair and differing:
+            differing = _repair(pipeline, engine, differing)
     finally:
         engine.stop()
     return 1 if differing else 0
+
+
+def _repair(pipeline: Pipeline, engine, reports: list) -> list:
+    """`verify --repair`: the differing keys of each table read again (one range re-read
+    each), the pipeline run until caught up, then verified again; returns the reports that
+    still differ."""
+    from cdc_sql.ops.verify import MAX_REPAIR_KEYS, repair_predicate, verify_table
+    from cdc_sql.run.runner import run_pipeline
+
+    plans = silver_plans(pipeline, preflight.inspect_source(pipeline))
+    wanted: dict[str, tuple[str, set]] = {}  # source table -> (a silver table, its keys)
+    for report in reports:
+        if not report.keys:
+            raise CdcError(f"verify --repair: {report.name}: {report.summary()}; no key to "
+                           f"read again: re-snapshot it (cdc-sql resnapshot --tables "
+                           f"{report.name})")
+        plan = next(p for p in plans if p.spec.name == report.name)
+        order = [n for _, n in plan.projection.columns if n in plan.projection.key]
+        at = [order.index(k) for k in plan.sources[0].key if k in order]
+        name, keys = wanted.setdefault(plan.sources[0].qualified, (report.name, set()))
+        keys |= {tuple(k[i] for i in at) for found in report.keys.values() for k in found}
+    for name, keys in wanted.values():
+        if len(keys) > MAX_REPAIR_KEYS:
+            raise CdcError(f"verify --repair: {name}: {len(keys):,} keys differ (more than "
+                           f"{MAX_REPAIR_KEYS:,}): re-snapshot it whole (cdc-sql resnapshot "
+                           f"--tables {name})")
+    with target_lock(pipeline.root, "run"):  # no run writes state meanwhile
+        for name, keys in wanted.values():
+            table = next(p for p in plans if p.spec.name == name).sources[0]
+            predicate = repair_predicate(sorted(keys, key=repr),
+                                         [table.column(k) for k in table.key])
+            request_range(pipeline, plans, name, predicate, engine,
+                          accept=tuple(r.name for r in reports))
+        run_pipeline(pipeline, engine, threading.Event(), True, 300.0)
+    checkpoint = State(Lake.open(engine, pipeline.root)).load()
+    still = []
+    for report in reports:
+        count = len({k for found in report.keys.values() for k in found})
+        report = verify_table(engine, pipeline, pipeline.table(report.name), checkpoint)
+        print(f"{report.name}: repaired {count:,} differing keys (read again at a watermark); "
+              f"now {report.summary()}")
+        if not report.equal:
+            still.append(report)
+    return still
 
 
 def _resnapshot(args) -> int:
@@ -334,6 +391,8 @@ def _resnapshot(args) -> int:
     names = _table_names(args, pipeline)
     view = preflight.inspect_source(pipeline)
     plans = silver_plans(pipeline, view)
+    if args.where is not None:
+        return _resnapshot_range(args, pipeline, names, plans)
     silver, tables = resnapshot.closure(names, sources_by_table(plans), cascade_parents(plans))
     engine = _engine(args, pipeline)
     try:
@@ -347,6 +406,50 @@ def _resnapshot(args) -> int:
     print(f"the next run (or the one following the binlog) reads them again; {', '.join(silver)} "
           f"stay readable as they are until the new snapshot replaces them in one commit")
     return 0
+
+
+def _resnapshot_range(args, pipeline: Pipeline, names: list[str], plans) -> int:
+    """`resnapshot --where`: one range re-read asked for (resnapshot.range_request)."""
+    if not args.tables or len(names) != 1:
+        raise CdcError("resnapshot --where: name exactly one table with --tables")
+    engine = _engine(args, pipeline)
+    try:
+        entry = request_range(pipeline, plans, names[0], args.where, engine)
+    finally:
+        engine.stop()
+    print(f"range re-read requested: {entry.source_table} where {entry.predicate}")
+    print(f"the next run (or the one following the binlog) reads those rows at a watermark "
+          f"and replaces silver's rows in that range with them (rows the source deleted are "
+          f"removed); {names[0]} waits for it, readable as it is")
+    return 0
+
+
+def request_range(pipeline: Pipeline, plans, name: str, where: str, engine,
+                  accept: tuple[str, ...] = ()):
+    """Check a range re-read of silver table `name` and write its split into state. `accept`
+    (verify --repair, which reads every differing key again): of these silver tables, the
+    commits since cdc-sql's last one are taken as its own, so a hand change does not stop the
+    repair."""
+    from cdc_sql import resnapshot
+    from cdc_sql.source import predicates
+
+    plan = next(p for p in plans if p.spec.name == name)
+    source = plan.sources[0]
+    predicate = predicates.check(where, source)
+    readers = [p for p in plans if any(s.qualified == source.qualified for s in p.sources)]
+    lake = Lake.open(engine, pipeline.root)
+    state = State(lake)
+    checkpoint = state.load()
+    why = resnapshot.range_refusal(checkpoint, source.qualified, readers,
+                                   predicates.columns(predicate))
+    if why:
+        raise CdcError(f"resnapshot --tables {name} --where {where[:200]!r}: {why}")
+    entry = resnapshot.range_request(checkpoint, source.qualified, predicate)
+    accepted = [replace(table, silver_version=lake.tables.version(lake.silver_path(p.spec.name)))
+                for p in readers if p.spec.name in accept
+                for table in [checkpoint.table(p.spec.name)] if table is not None]
+    state.write(entry, *accepted)
+    return entry
 
 
 def _table_names(args, pipeline: Pipeline) -> list[str]:

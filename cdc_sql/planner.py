@@ -14,6 +14,11 @@ later, a new shard), the rows of the snapshot splits being merged. The rules
   it stood, until every new split is done and capture has passed their watermarks; then one
   window replaces silver: the new splits' rows and the changes after the re-snapshot's start,
   by the first batch's rules (the old silver plays no part);
+- a range re-read (`cdc-sql resnapshot --where`, `verify --repair`) is a split holding the
+  rows matching a predicate: the table waits until it is done and capture has passed its
+  watermark W (never before W: it is read after the request, P <= W), then merges it like a
+  new shard's split, and silver's rows matching the predicate that it did not return are
+  removed at W; `TableEntry.ranged` says it is merged (W may equal P when nothing changed);
 - a table none of whose source tables changed in a window this run captured whole moves P
   without a MERGE (idle);
 - `snapshot-only` pipelines take the first batch up to the highest watermark and stop there.
@@ -24,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from cdc_sql.lake.state import CaptureEntry, SplitEntry, TableEntry
-from cdc_sql.source.offsets import Position
+from cdc_sql.source.offsets import Offset, Position
 
 
 @dataclass(frozen=True, order=True)
@@ -54,6 +59,10 @@ class Window:
     history_start: str | None = None  # first batch with history: where history begins
     idle: bool = False            # nothing to merge: only P moves to U
     replace: bool = False         # a re-snapshot: silver is replaced, in one commit
+    # Range re-reads merged with the window: (source table, predicate, watermark) each; silver
+    # removes its rows matching one that the read did not return, at its watermark
+    ranges: tuple[tuple[str, str, str], ...] = ()
+    ranged: int = -1              # the highest range re-read's split id merged so far
 
 
 def done_splits(splits: list[SplitEntry]) -> Splits:
@@ -77,19 +86,36 @@ def next_window(entry: TableEntry | None, splits: list[SplitEntry],
         window = _first_window(splits, capture, snapshot_only, history=False)
         return window and replace(window, after=entry.resnapshot, first=False, replace=True)
     applied = entry.applied
-    if capture is None or capture.offset <= applied:
+    ranges = [s for s in splits if s.predicate and s.split_id > entry.ranged and
+              (not s.watermark or s.watermark >= applied)]
+    if capture is None or capture.offset < applied or capture.offset == applied and not ranges:
         return None
     upto = capture.offset
-    fresh = [s for s in splits if not s.watermark or s.watermark > applied]
-    if fresh:
-        if not all(s.ready for s in fresh) or upto < max(s.watermark for s in fresh):
+    fresh = [s for s in splits if not s.predicate and (not s.watermark or s.watermark > applied)]
+    if fresh or ranges:
+        if not all(s.ready for s in fresh + ranges) or \
+                upto < max(s.watermark for s in fresh + ranges):
             return None
-        return Window(applied, upto, done_splits(fresh))
+        ranges = [replace(s, watermark=just_after(s.watermark)) for s in ranges]
+        return Window(applied, upto, done_splits(fresh + ranges),
+                      ranges=tuple((s.source_table, s.predicate, s.watermark) for s in ranges),
+                      ranged=max([entry.ranged, *(s.split_id for s in ranges)]))
     return Window(applied, upto, idle=idle)
+
+
+def just_after(watermark: str) -> str:
+    """Where a range re-read's rows stand: just after its watermark W (row 1 of W's place,
+    which no binlog change has: row events end before a transaction's boundary). They must
+    win over silver's rows at W itself (a first snapshot's rows at the same watermark, when
+    nothing changed since), which the MERGE's guard keeps against an equal offset, and lose
+    to every change after W."""
+    at = Offset.parse(watermark)
+    return replace(at, row=at.row + 1).text
 
 
 def _first_window(splits: list[SplitEntry], capture: CaptureEntry | None, snapshot_only: bool,
                   history: bool) -> Window | None:
+    splits = [s for s in splits if not s.predicate]  # range re-reads join later windows only
     if not splits or not all(s.ready for s in splits):
         return None  # snapshot unfinished, or a GTID watermark not yet resolved
     highest = max(s.watermark for s in splits)

@@ -21,6 +21,7 @@ from dataclasses import replace
 from cdc_sql.lake.state import Checkpoint, Entry, ResnapshotEntry, SplitEntry
 from cdc_sql.source.offsets import file_sequence
 from cdc_sql.source.splits import Split
+from cdc_sql.sql import quote
 
 
 def closure(chosen: list[str], sources: dict[str, list[str]],
@@ -120,3 +121,50 @@ def requested(checkpoint: Checkpoint) -> set[str]:
 
 def pending(checkpoint: Checkpoint) -> bool:
     return bool(requested(checkpoint))
+
+
+def ranges_pending(checkpoint: Checkpoint) -> bool:
+    """A range re-read (`resnapshot --where`) is asked for and not read yet."""
+    return any(s.predicate and not s.done for s in checkpoint.all_splits())
+
+
+# -- range re-reads (`cdc-sql resnapshot --where`, `verify --repair`) ---------------------------
+def range_refusal(checkpoint: Checkpoint, source: str, readers: list, columns: set[str]) -> str:
+    """Why a range re-read of `source` (a db.table) over a predicate naming `columns` cannot
+    be done now, or "". `readers`: the plans of every silver table reading it (all of them
+    merge the read's rows: bronze is shared). Each must hold the source's key columns as they
+    are, read no other source table and apply no cascades, so the predicate selects in silver
+    exactly the keys it selects at the source; and one range re-read runs at a time."""
+    for plan in readers:
+        name = plan.spec.name
+        if len(plan.sources) > 1 or plan.sharded:
+            return f"{name} reads several source tables: re-snapshot it whole"
+        if plan.cascades:
+            return f"{name} applies foreign-key cascades: re-snapshot it whole"
+        passed = {out for expr, out in plan.projection.columns if expr == quote(out)}
+        for column in sorted(columns):
+            if column not in plan.projection.key or column not in passed:
+                return (f"{name} does not hold the key column `{column}` as it is (its "
+                        f"projection renames or computes it): re-snapshot it whole")
+        entry = checkpoint.table(name)
+        if entry is None or not entry.snapshot_merged or entry.resnapshot:
+            return f"{name} is not merged yet (a snapshot or re-snapshot is under way)"
+    if source in requested(checkpoint):
+        return f"a re-snapshot of {source} is asked for already"
+    for split in checkpoint.splits(source):
+        if split.predicate and (not split.done or _unmerged(checkpoint, split, readers)):
+            return (f"a range re-read of {source} ({split.predicate}) is not merged yet: run "
+                    f"the pipeline first")
+    return ""
+
+
+def _unmerged(checkpoint: Checkpoint, split: SplitEntry, readers: list) -> bool:
+    entries = [checkpoint.table(plan.spec.name) for plan in readers]
+    return any(e is not None and split.split_id > e.ranged and (split.watermark or "") >=
+               e.applied for e in entries)
+
+
+def range_request(checkpoint: Checkpoint, source: str, predicate: str) -> SplitEntry:
+    """The split a range re-read is asked for with: planned, under a fresh id."""
+    return SplitEntry.planned(Split(source, checkpoint.next_split_id(source), None, None,
+                                    predicate))

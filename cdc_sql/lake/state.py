@@ -40,8 +40,9 @@ from cdc_sql.source.offsets import Position
 from cdc_sql.source.splits import Split
 
 # The checkpoint's format: raised when an entry's JSON changes so that an older cdc-sql would
-# misread it. Readers refuse a higher one.
-FORMAT = 1
+# misread it. Readers refuse a higher one. 2: range re-reads (a split's `predicate`, a table's
+# `ranged`), which format 1 would take for whole-table splits.
+FORMAT = 2
 STATE_SCHEMA = pa.schema([("kind", pa.string()), ("name", pa.string()), ("value", pa.string()),
                           ("seq", pa.int64()), ("run_id", pa.string()),
                           ("written_at", pa.timestamp("us", tz="UTC"))])
@@ -135,6 +136,7 @@ class SplitEntry(Entry):
     reader: str | None = None
     read_end: str | None = None
     server: str = ""  # the server whose binlog `watermark_position` is a place in
+    predicate: str = ""  # a range re-read's rows instead of a key range (source/splits.py)
 
     @property
     def name(self) -> str:
@@ -180,6 +182,9 @@ class TableEntry(Entry):
     # A re-snapshot is under way: the offset after which the new silver reads binlog changes
     # (its splits' rows stand at watermarks past it); "" when none is.
     resnapshot: str = ""
+    # The highest split id of a range re-read (`resnapshot --where`) merged into it: one at the
+    # applied offset itself (nothing changed since) still counts as not merged (planner.py).
+    ranged: int = -1
 
     @property
     def name(self) -> str:
@@ -359,6 +364,11 @@ class Checkpoint:
     def resnapshots(self) -> list[ResnapshotEntry]:
         return [e for (kind, _), e in self.entries.items()  # type: ignore[misc]
                 if kind == "resnapshot"]
+
+    def next_split_id(self, source_table: str) -> int:
+        """An id no split of the table ever had (retired ones too): a range re-read's."""
+        return max((s.split_id for s in self._splits.get(source_table, {}).values()),
+                   default=-1) + 1
 
     def splits(self, source_table: str) -> list[SplitEntry]:
         found = [s for s in self._splits.get(source_table, {}).values() if not s.retired]

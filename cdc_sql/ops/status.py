@@ -85,6 +85,9 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
     for spec, sources in zip(pipeline.tables, matching(pipeline.tables, names)):
         mine = [s for db, name in sources for s in splits.get(f"{db}.{name}", [])]
         table = checkpoint.table(spec.name)
+        ranges = [s for s in mine if s.predicate and s.split_id > (table.ranged if table else -1)
+                  and not (s.done and table and (s.watermark or "") < table.applied)]
+        mine = [s for s in mine if not s.predicate]  # the snapshot's key ranges
         requested = [e for db, name in sources for e in again.get(f"{db}.{name}", [])
                      if not e.prepared or table is not None and table.resnapshot]
         applied = table.applied if table else None
@@ -98,6 +101,8 @@ def report(pipeline, checkpoint, end: Position | None, logs: list[tuple[str, int
                            "reason": requested[0].reason,
                            "changes_after": table.resnapshot if table else ""}
             if requested else None,
+            "range_reread": [{"where": s.predicate, "read": s.done, "rows": s.rows}
+                             for s in ranges] or None,
             "splits_done": sum(s.done for s in mine),
             "splits_total": len(mine),
             "snapshot_rows": sum(s.rows or 0 for s in mine),
@@ -143,6 +148,10 @@ def render(status: dict) -> str:
             lines.append(f"{t['name']}: re-snapshot since {t['resnapshot']['since']} "
                          f"({t['resnapshot']['reason']}); silver stays as it is until it is "
                          f"replaced")
+        for reread in t.get("range_reread") or []:
+            read = f"read, {reread['rows'] or 0:,} rows" if reread["read"] else "not read yet"
+            lines.append(f"{t['name']}: range re-read where {reread['where']} ({read}); "
+                         f"silver's rows in it are replaced by the next window")
     last = status["last_run"]
     if last:
         lines.append(f"last run {last['run_id']} at {last['started_at']}: {last['outcome']} "

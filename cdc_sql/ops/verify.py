@@ -28,12 +28,16 @@ from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan, plan_silver, without_new_columns
 from cdc_sql.source import mysql
-from cdc_sql.source.schema import SourceTable, read_tables
+from cdc_sql.errors import CdcError
+from cdc_sql.source.schema import Column, SourceTable, read_tables
 from cdc_sql.source.values import normalize
 from cdc_sql.lake.tables import table_ref
 from cdc_sql.ops.history_check import history_differences
 
 MAX_SHOWN = 5
+MAX_REPAIR_KEYS = 10_000  # verify --repair reads at most these many keys again by name
+_STRING_KEYS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
+_REPAIRABLE = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", *_STRING_KEYS}
 
 
 @dataclass
@@ -46,6 +50,9 @@ class TableReport:
     details: list[str] = field(default_factory=list)     # the differing keys, per bucket
     soft_deleted: int = 0   # silver rows flagged deleted (deletes: soft), not compared
     kept: int = 0           # silver rows whose source row is gone, kept on purpose (skip)
+    # with `keys`: per source table, the keys that differ (missing, extra or changed), as
+    # the canonical texts of their key columns (`verify --repair` reads them again)
+    keys: dict[str, list[tuple]] = field(default_factory=dict)
 
     @property
     def equal(self) -> bool:
@@ -67,8 +74,10 @@ class TableReport:
         return "; " + ", ".join(parts) if parts else ""
 
 
-def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableReport:
-    """Checksums per bucket on both sides; row-by-row diffs only for differing buckets."""
+def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint,
+                 keys: bool = False) -> TableReport:
+    """Checksums per bucket on both sides; row-by-row diffs only for differing buckets (all
+    of them with `keys`, whose differing keys the report then holds)."""
     report = TableReport(table.name)
     lake = Lake.open(engine, pipeline.root)
     if not lake.tables.exists(lake.silver_path(table.name)):
@@ -81,7 +90,7 @@ def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableR
         sources = read_tables(cur, [table])[0]
         plan = plan_silver(table, sources, pipeline.file, pipeline.tables.index(table))
         for source in sources:
-            _verify_source(lake, pipeline, plan, source, types, checkpoint, cur, report)
+            _verify_source(lake, pipeline, plan, source, types, checkpoint, cur, report, keys)
     history = history_differences(lake, plan, types)
     if history is not None:
         report.differing.append(f"{table.name}_history")
@@ -90,7 +99,7 @@ def verify_table(engine, pipeline: Pipeline, table: Table, checkpoint) -> TableR
 
 
 def _verify_source(lake: Lake, pipeline, plan: SilverPlan, source: SourceTable, types: dict,
-                   checkpoint, cur, report: TableReport) -> None:
+                   checkpoint, cur, report: TableReport, keys: bool = False) -> None:
     engine = lake.engine
     names = [name for _, name in plan.projection.columns]
     rows_sql, columns = _source_query(plan.spec, source, names)
@@ -100,7 +109,8 @@ def _verify_source(lake: Lake, pipeline, plan: SilverPlan, source: SourceTable, 
                 "TABLE_NAME = %s", (source.db, source.name))
     estimate = int((cur.fetchone() or [0])[0] or 0)
     buckets = Buckets.choose([by_name[k] for k in plan.projection.key],
-                             checkpoint.splits(source.qualified), estimate,
+                             [s for s in checkpoint.splits(source.qualified)
+                              if not s.predicate], estimate,  # key ranges, not re-reads
                              pipeline.source.chunk_size or 100_000)
     escape = cur.connection.escape
     cur.execute(mysql_summary(rows_sql, outputs, buckets, escape))
@@ -123,17 +133,21 @@ def _verify_source(lake: Lake, pipeline, plan: SilverPlan, source: SourceTable, 
             continue
         label = f"{source.qualified} {buckets.label} {bucket}"
         keeps = semantics.keeps_rows(plan.spec)
-        if not keeps and len(report.details) >= MAX_SHOWN:  # enough shown: no rows read
+        if not keeps and not keys and len(report.details) >= MAX_SHOWN:  # enough shown
             report.differing.append(label)
             continue
-        want, have, describe = _bucket_rows(engine, plan, outputs, buckets, bucket, rows_sql,
-                                            silver_sql, source.qualified, cur)
+        want, have, describe, differing = _bucket_rows(engine, plan, outputs, buckets, bucket,
+                                                       rows_sql, silver_sql, source.qualified,
+                                                       cur)
         if keeps:  # rows whose source row is gone: kept on purpose (skip)
             report.kept += sum(len(rows) for k, rows in have.items() if k not in want)
             have = {k: rows for k, rows in have.items() if k in want}
             if describe(want, have) is None:
                 continue
         report.differing.append(label)
+        if keys:
+            report.keys.setdefault(source.qualified, []).extend(
+                k for found in differing(want, have) for k in found)
         if len(report.details) < MAX_SHOWN:
             report.details.append(f"{label}: " + (describe(want, have) or (
                 "the checksums differ, but every row reads back equal (report this as a bug)")))
@@ -173,8 +187,10 @@ def _bucket_rows(engine, plan, outputs: list[Output], buckets: Buckets, bucket: 
         f"WHERE {condition} = {int(bucket)}", {**args, "source_table": source}).collect()
     have = _by_key([tuple(r) for r in rows], len(key))
     names = [o.name for o in texts] + [o.name for o in floats]
+    float_types = {o.name: o.spark_type for o in floats}
     return want, have, lambda want, have: describe_rows(
-        want, have, [o.name for o in key], names, {o.name: o.spark_type for o in floats})
+        want, have, [o.name for o in key], names, float_types), \
+        lambda want, have: differing_keys(want, have, names, float_types)
 
 
 def _by_key(rows, width: int) -> dict[tuple, list[tuple]]:
@@ -188,12 +204,7 @@ def describe_rows(want: dict, have: dict, key: list[str], names: list[str],
                   float_types: dict[str, str]) -> str | None:
     """Missing, extra and changed keys of one bucket, each side's value on its own side (None:
     the rows are equal)."""
-    missing = [k for k in want if k not in have]
-    extra = [k for k in have if k not in want]
-    changed = []
-    for k in want:
-        if k in have and not _same_rows(want[k], have[k], names, float_types):
-            changed.append(k)
+    missing, extra, changed = differing_keys(want, have, names, float_types)
     if not (missing or extra or changed):
         return None
     shown = lambda keys: ", ".join(_key_text(k) for k in keys[:MAX_SHOWN]) + (  # noqa: E731
@@ -217,6 +228,41 @@ def describe_rows(want: dict, have: dict, key: list[str], names: list[str],
             parts.append(f"e.g. key {_key_text(k)}, column {column}: source "
                          f"{source_value!r}, silver {silver_value!r}")
     return "; ".join(parts)
+
+
+def differing_keys(want: dict, have: dict, names: list[str], float_types: dict[str, str]
+                   ) -> tuple[list, list, list]:
+    """The keys missing in silver, not in the source, and different."""
+    missing = [k for k in want if k not in have]
+    extra = [k for k in have if k not in want]
+    changed = [k for k in want
+               if k in have and not _same_rows(want[k], have[k], names, float_types)]
+    return missing, extra, changed
+
+
+def repair_predicate(keys: list[tuple], columns: list[Column]) -> str:
+    """A MySQL predicate selecting exactly `keys` (canonical key texts, as verify reads them)
+    of a key of `columns`: `k IN (...)`, or ORs of ANDs for a composite key. Only integer,
+    decimal and string key columns, whose canonical text is their value."""
+    for column in columns:
+        if column.data_type not in _REPAIRABLE:
+            raise CdcError(f"verify --repair: key column `{column.name}` is "
+                           f"{column.data_type}: re-snapshot the table whole")
+
+    def literal(column: Column, text: str) -> exp.Expression:
+        if text is None:
+            return exp.Null()
+        return exp.Literal.string(text) if column.data_type in _STRING_KEYS else \
+            exp.Literal.number(text)
+
+    names = [exp.column(c.name) for c in columns]
+    unique = sorted(set(keys), key=repr)
+    if len(columns) == 1:
+        tree = exp.In(this=names[0], expressions=[literal(columns[0], k[0]) for k in unique])
+    else:
+        tree = exp.or_(*(exp.and_(*(exp.EQ(this=n.copy(), expression=literal(c, v))
+                                    for n, c, v in zip(names, columns, k))) for k in unique))
+    return tree.sql(dialect="mysql")
 
 
 def _key_text(key: tuple) -> str:

@@ -134,6 +134,7 @@ class MergePhase:
                           source_time=source_time, key=list(plan.key),
                           sources=[t.qualified for t in plan.sources],
                           cascade_parents=sorted({fk.parent for fk in plan.cascades}),
+                          ranged=max(window.ranged, entry.ranged if entry else -1),
                           **owned_versions(lake, plan.spec)), moves
 
     def _register(self, plan: SilverPlan) -> None:

@@ -136,7 +136,8 @@ class Runner:
         seen, merger = Seen(), MergePhase(self.phases)
         while not self.stop.is_set():
             checkpoint = self.state.load()
-            if resnapshot.pending(checkpoint):  # asked for while this run follows
+            if resnapshot.pending(checkpoint) or resnapshot.ranges_pending(checkpoint):
+                # asked for while this run follows
                 with summary.timed("snapshot"):
                     summary.snapshot_rows += snapshot_phase.snapshot(self.phases, view, plans,
                                                                      early)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from cdc_sql.source import predicates
 from cdc_sql.source.schema import SourceTable
 
 _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
@@ -24,6 +25,9 @@ class Split:
     split_id: int
     lower: tuple | None          # inclusive; None = open below
     upper: tuple | None          # exclusive; None = open above
+    # A range re-read (`cdc-sql resnapshot --where`): the rows matching this checked MySQL
+    # predicate (source/predicates.py) instead of a key range; read alone, never grouped.
+    predicate: str = ""
 
     @property
     def name(self) -> str:
@@ -31,23 +35,27 @@ class Split:
 
     def to_json(self) -> dict:
         dump = lambda b: [_value_to_json(v) for v in b] if b is not None else None  # noqa: E731
-        return {"source_table": self.source_table, "split_id": self.split_id,
-                "lower": dump(self.lower), "upper": dump(self.upper)}
+        value = {"source_table": self.source_table, "split_id": self.split_id,
+                 "lower": dump(self.lower), "upper": dump(self.upper)}
+        return {**value, "predicate": self.predicate} if self.predicate else value
 
     @classmethod
     def from_json(cls, value: dict) -> "Split":
         load = lambda b: tuple(_value_from_json(v) for v in b) if b is not None else None  # noqa: E731
         return cls(value["source_table"], value["split_id"], load(value["lower"]),
-                   load(value["upper"]))
+                   load(value["upper"]), value.get("predicate") or "")
 
     @classmethod
     def union(cls, splits: list["Split"]) -> "Split":
-        """The key range of consecutive splits."""
-        return cls(splits[0].source_table, splits[0].split_id, splits[0].lower, splits[-1].upper)
+        """The key range of consecutive splits (a range re-read is read alone)."""
+        return cls(splits[0].source_table, splits[0].split_id, splits[0].lower, splits[-1].upper,
+                   splits[0].predicate if len(splits) == 1 else "")
 
     def where(self, key_sql: list[str], literal=None) -> tuple[str, list]:
         """A MySQL predicate selecting this split's rows, with its parameters (or, given a
         `literal` escaping function, with the bounds inlined and no parameters)."""
+        if self.predicate:
+            return predicates.bound(self.predicate, "mysql", lambda _: "%s", literal)
         row = f"({', '.join(key_sql)})" if len(key_sql) > 1 else key_sql[0]
         parts, args = [], []
         for op, bound in ((">=", self.lower), ("<", self.upper)):
@@ -131,7 +139,8 @@ def group_splits(splits: list[Split], estimated_rows: int, parallelism: int) -> 
     ordered = sorted(splits, key=lambda s: s.split_id)
     groups, current = [], []
     for split in ordered:  # only neighbours share a group: their union is one key range
-        if current and (len(current) >= size or current[-1].split_id + 1 != split.split_id):
+        if current and (len(current) >= size or current[-1].split_id + 1 != split.split_id
+                        or split.predicate or current[-1].predicate):
             groups.append(current)
             current = []
         current.append(split)

@@ -151,3 +151,68 @@ def test_a_chain_merges_together_waits_together_or_apart_when_a_window_starts_to
     # a grandchild caught up while its parent has changes: the parent goes on
     assert chain_merge([member("db.c", ("db.a",), Window(at(10), at(20))),
                         member("db.g", ("db.c",), applied=at(20))]) == "together"
+
+
+def ranged(i: int, watermark: int | None, status: str = "done") -> SplitEntry:
+    return SplitEntry("db.t", i, status=status, attempt=f"r{i}", predicate="id < 10",
+                      watermark=at(watermark) if watermark is not None else "")
+
+
+@given(read=st.integers(100, 300), captured=st.integers(100, 400),
+       merged=st.integers(-1, 3), unfinished=st.booleans())
+def test_a_range_reread_waits_then_joins_one_window_even_at_the_applied_offset(
+        read, captured, merged, unfinished):
+    """A range re-read (resnapshot --where) is read after it is asked for, so its watermark
+    is at or past the applied offset: the table waits while it is unread, then merges it once
+    capture passed it, even when nothing changed since (watermark = applied = capture); the
+    `ranged` mark, not the offsets, says it is merged."""
+    entry = TableEntry("t", applied=at(100), snapshot_merged=True, ranged=merged)
+    regular = [split(i, 50) for i in range(3)]
+    split_ = ranged(3, None, status="planned") if unfinished else ranged(3, read)
+    window = next_window(entry, [*regular, split_], capture(captured), idle=True)
+    if merged >= 3:  # merged already: an ordinary window, or none
+        assert window is None or not window.ranges
+    elif unfinished or captured < read:
+        assert window is None
+    else:
+        after = Offset(1, read, 1).text  # just after W: over silver's rows at W itself
+        assert window.ranges == (("db.t", "id < 10", after),) and window.ranged == 3
+        assert window.splits == {"db.t": (SplitRef(3, "r3", after),)} and not window.idle
+        assert (window.after, window.upto) == (at(100), at(captured))
+
+
+def test_a_range_reread_stays_out_of_first_windows_and_of_tables_past_it():
+    splits = [split(0, 50), ranged(1, 80)]
+    first = next_window(None, splits, capture(90))
+    assert first.first and first.splits == {"db.t": (SplitRef(0, "a0", at(50)),)} and not first.ranges
+    later = TableEntry("t", applied=at(90), snapshot_merged=True)  # a table created after it
+    assert next_window(later, splits, capture(95)).ranges == ()
+
+
+def test_a_range_request_is_refused_while_another_is_unmerged():
+    from cdc_sql.config.model import Table
+    from cdc_sql.lake.silver.plan import plan_silver
+    from cdc_sql.source.schema import Column, SourceTable
+
+    source = SourceTable("db", "t", (Column("id", "int", "int", 10, 0, None, None),
+                                     Column("v", "int", "int", 10, 0, None, None)), ("id",))
+    plain = plan_silver(Table(name="t", source="db.t"), [source], "p.yaml", 0)
+    renamed = plan_silver(Table(name="r", source="db.t", projection="SELECT id AS order_id, v "
+                                                                    "FROM t"), [source], "p.yaml", 1)
+    merged = TableEntry("t", applied=at(100), snapshot_merged=True)
+    state = checkpoint(merged, split(0, 50))
+    assert resnapshot.range_refusal(state, "db.t", [plain], {"id"}) == ""
+    assert "does not hold the key column `id` as it is" in \
+        resnapshot.range_refusal(state, "db.t", [plain, renamed], {"id"})
+    assert "not merged yet" in resnapshot.range_refusal(
+        checkpoint(TableEntry("t"), split(0, 50)), "db.t", [plain], {"id"})
+    request = resnapshot.range_request(state, "db.t", "id < 10")
+    assert (request.split_id, request.status, request.predicate) == (1, "planned", "id < 10")
+    state.add(request)
+    assert "is not merged yet: run the pipeline first" in \
+        resnapshot.range_refusal(state, "db.t", [plain], {"id"})
+    state.add(ranged(1, 120))
+    assert "is not merged yet" in resnapshot.range_refusal(state, "db.t", [plain], {"id"})
+    state.add(TableEntry("t", applied=at(130), snapshot_merged=True, ranged=1))
+    assert resnapshot.range_refusal(state, "db.t", [plain], {"id"}) == ""
+    assert resnapshot.range_request(state, "db.t", "id = 3").split_id == 2

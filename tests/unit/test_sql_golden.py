@@ -79,6 +79,12 @@ SCENARIOS = {
         [ORDERS], Window("000002:000000000100:000000", "000003:000000000200:000000",
                          {"shop.orders": (SplitRef(0, "b1", "000002:000000000300:000000"),)},
                          replace=True)),
+    "range_reread_with_history_and_soft_deletes": (
+        Table(name="orders", source="shop.orders", history=True, deletes="soft"), [ORDERS],
+        Window("000002:000000000100:000000", "000003:000000000200:000000",
+               {"shop.orders": (SplitRef(5, "r1", "000002:000000000300:000000"),)},
+               ranges=(("shop.orders", "id BETWEEN 10 AND 20 OR id IN (7, -3)",
+                        "000002:000000000300:000000"),), ranged=5)),
 }
 RENAME = (("ddl", "000002:000000000150:000000", None,
            "ALTER TABLE orders RENAME COLUMN state TO status"),)
@@ -134,3 +140,14 @@ def test_every_template_is_in_a_golden_file():
     texts = "".join(p.read_text() for p in GOLDEN.glob("*.sql"))
     first_lines = {name: template(name).splitlines()[0] for name in TEMPLATES}
     assert not [n for n, line in first_lines.items() if line not in texts]
+
+
+def test_a_range_reread_removes_nothing_when_deletes_are_skipped():
+    """skip: [delete] keeps rows the source deleted: a range re-read only upserts its rows."""
+    _, sources, window = SCENARIOS["range_reread_with_history_and_soft_deletes"]
+    for skip, removes in (([], True), (["delete"], False)):
+        plan = plan_silver(Table(name="orders", source="shop.orders", skip=skip), sources,
+                           "golden.yaml", 0)
+        names = [step.name for step in batch_steps(LAKE, plan, window, Facts())]
+        assert ("cdc_range_removes_orders" in names) is removes
+        assert ("cdc_candidates_orders_r" in names) is removes

@@ -6,6 +6,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.tables import table_ref
 from cdc_sql.planner import Window
+from cdc_sql.source import predicates
 from cdc_sql.source.schema import SourceTable, arrow_type, key_text_name
 from cdc_sql.sql import quote, render
 
@@ -206,3 +207,28 @@ def merge_sql(lake: Lake, plan: SilverPlan, changes_view: str, dropped: tuple[st
         values=", ".join(f"s.{c}" for c in columns),
         removes=semantics.removes(plan.spec, "s"),
     )
+
+
+def range_removes_sql(lake: Lake, plan: SilverPlan, ranges, candidates: str
+                      ) -> tuple[str, dict]:
+    """The removes of a window's range re-reads (`Window.ranges`), one UNION ALL branch each,
+    in the columns of `candidates` (silver_range_removes.sql), with their values bound."""
+    columns = [quote(c) for c in plan.row_columns]
+    silver = table_ref(lake.silver_path(plan.spec.name))
+    rows = f"SELECT {', '.join(columns)} FROM {silver}{semantics.live_where(plan.columns)}"
+    if plan.spec.history:
+        rows += (f" UNION ALL SELECT {', '.join(f'h.{c}' for c in columns)} FROM "
+                 f"{table_ref(lake.history_path(plan.spec.name))} AS h LEFT ANTI JOIN "
+                 f"({rows}) AS s ON {key_match(plan, 'h', 's')} WHERE h._cdc_current")
+    branches, args = [], {}
+    for n, (source, predicate, watermark) in enumerate(ranges):
+        where, values = predicates.bound(predicate, "spark", f":range_{n}_{{}}".format)
+        args.update({f"range_{n}_{i}": v for i, v in enumerate(values)})
+        args.update({f"range_{n}_at": watermark, f"range_{n}_source": source})
+        branches.append(render(
+            "silver_range_removes", columns=", ".join(f"t.{c}" for c in columns),
+            at=f"range_{n}_at", source=f"range_{n}_source", rows=rows, predicate=where,
+            candidates=quote(candidates), key_match=key_match(plan, "t", "c"),
+            extra=f",\n  TRUE AS {quote(semantics.DELETED)}" if semantics.soft(plan.spec)
+            else ""))
+    return "\nUNION ALL\n".join(branches), args

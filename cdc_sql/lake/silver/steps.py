@@ -12,7 +12,8 @@ from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.sql_text import (binlog_images_sql, candidates_sql, changes_sql,
                                           history_merge_sql, history_resnapshot_sql,
                                           history_versions_sql, key_match, merge_sql,
-                                          snapshot_images_sql, snapshot_rows_sql)
+                                          range_removes_sql, snapshot_images_sql,
+                                          snapshot_rows_sql)
 from cdc_sql.lake.tables import table_ref
 from cdc_sql.planner import SplitRef, Window
 from cdc_sql.sql import quote, render
@@ -94,6 +95,9 @@ def batch_steps(lake: Lake, plan: SilverPlan, window: Window, facts: Facts,
                       name=images))
     steps.append(Step(title=f"{candidates}: the projection over {images}",
                       sql=candidates_sql(plan, images), name=candidates))
+    if window.ranges and not semantics.skips(plan.spec, "delete"):
+        steps += range_steps(lake, plan, window, candidates)
+        candidates = f"{candidates}_r"
     merged = candidates
     if window.first and plan.snapshot_keys_unique:
         rows_sql, rows_args = snapshot_rows_sql(plan, candidates, window)
@@ -130,6 +134,20 @@ def batch_steps(lake: Lake, plan: SilverPlan, window: Window, facts: Facts,
                           crash_point="history.staged"))
         steps.append(_history_merge(lake, plan, facts.dropped(plan)))
     return steps
+
+
+def range_steps(lake: Lake, plan: SilverPlan, window: Window, candidates: str) -> list[Step]:
+    """A window with range re-reads: the rows they no longer find, as removes at their
+    watermarks, beside the candidates (`<candidates>_r`). With `skip: [delete]` there are
+    none: silver keeps rows the source deleted, as a whole re-snapshot keeps them."""
+    removes = f"cdc_range_removes_{plan.spec.name}"
+    sql, args = range_removes_sql(lake, plan, window.ranges, candidates)
+    return [Step(title=f"{removes}: rows matching a range re-read's predicate that it did not "
+                       f"return (deleted at the source), as removes at its watermark",
+                 sql=sql, name=removes, args=args),
+            Step(title=f"{candidates}_r: the candidates and those removes",
+                 sql=f"SELECT * FROM {quote(candidates)} UNION ALL SELECT * FROM "
+                     f"{quote(removes)}", name=f"{candidates}_r")]
 
 
 def replace_steps(lake: Lake, plan: SilverPlan, window: Window, changes_view: str,
