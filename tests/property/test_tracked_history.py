@@ -9,6 +9,7 @@ test is the real one on the engine (history goes through the engine's SQL on eve
 """
 from __future__ import annotations
 
+import pytest
 from chispa import assert_df_equality
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -119,10 +120,12 @@ def test_a_resnapshot_updates_in_place_or_starts_versions(engine, new_lake, data
     assert kept == {k for k, v in old.items() if k in model[last] and same(v, model[last][k])}
 
 
-def test_a_truncate_ends_versions_between_changes_of_one_window(engine, new_lake):
+@pytest.mark.parametrize("history", ["track", "every column"])
+def test_a_truncate_ends_versions_between_changes_of_one_window(engine, new_lake, history):
     """An update, a TRUNCATE, the key inserted again with the same tracked value, in one
     window: the first version ends at the TRUNCATE and the insert starts its own (one batch
-    would have updated the first in place, then ended it with the truncate)."""
+    would have updated the first in place, then ended it with the truncate; with every column
+    tracked, ended it at the insert)."""
     lake = new_lake()
     bronze.ensure_snapshot_table(lake, TABLE)
     bronze.write_splits(lake, TABLE, [split_rows([1, 2], ["a", "c"])], "a1", boundary(-1), TS)
@@ -132,12 +135,15 @@ def test_a_truncate_ends_versions_between_changes_of_one_window(engine, new_lake
     bronze.append_statements(lake, [CapturedStatement(truncated, "db", "t", "truncate",
                                                       "TRUNCATE t", TS, "0-1-1")])
     plan = plan_silver(Table(name="t", source="db.t", projection=PROJECTION,
-                             history=CHOICES["track"]), [TABLE], "p.yaml", 0)
-    merge_window(lake, plan, Window("", boundary(-1), {"db.t": (SplitRef(0, "a1", boundary(-1)),)},
-                                    first=True, history_start=boundary(-1)))
+                             history=CHOICES.get(history, True)), [TABLE], "p.yaml", 0)
+    splits = {"db.t": (SplitRef(0, "a1", boundary(-1)),)}
+    merge_window(lake, plan, Window("", boundary(-1), splits, first=True,
+                                    history_start=boundary(-1)))
+    # tracked: "a" and "b" are one group, so the update continues the snapshot's version
+    first = ([(1, "b", boundary(-1), truncated)] if history == "track" else
+             [(1, "a", boundary(-1), offset(0, 0)), (1, "b", offset(0, 0), truncated)])
     for _ in range(2):  # replayed: the same
         merge_window(lake, plan, Window(boundary(-1), boundary(1)))
         assert_silver(lake, {1: "a"})
-        test_merge_rules.assert_history(lake, [(1, "b", boundary(-1), truncated),
-                                               (1, "a", offset(1, 0), None),
+        test_merge_rules.assert_history(lake, [*first, (1, "a", offset(1, 0), None),
                                                (2, "c", boundary(-1), truncated)])

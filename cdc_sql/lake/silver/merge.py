@@ -60,9 +60,9 @@ def _first_with_history(lake: Lake, plan: SilverPlan, window: Window,
 
 def _batches(lake: Lake, plan: SilverPlan, window: Window, statements: list[Statement] | None,
              cascaded: tuple | None) -> None:
-    """The window's batch; with history on chosen columns, one batch up to each TRUNCATE or
-    partition removal and one after (cut_at_removals)."""
-    if plan.tracked is None or window.replace:
+    """The window's batch; with history, one batch up to each TRUNCATE or partition removal
+    and one after (cut_at_removals)."""
+    if not plan.spec.history or window.replace:
         batch(lake, plan, window, statements, cascaded)
         return
     statements = read_statements(lake) if statements is None else statements
@@ -71,11 +71,12 @@ def _batches(lake: Lake, plan: SilverPlan, window: Window, statements: list[Stat
 
 
 def cut_at_removals(plan: SilverPlan, window: Window, statements: list[Statement]) -> list[Window]:
-    """A window of a table whose history tracks chosen columns, cut after each TRUNCATE or
-    partition removal of its sources: a batch ends versions there once its MERGE is done
-    (execute.apply_truncates), so a version updated in place by a later change of the same
-    batch would end too. Cut there, the later change starts a version of its own, as it did at
-    the source. A replay cuts the same pieces. Pure."""
+    """A window of a table with history, cut after each TRUNCATE or partition removal of its
+    sources: a batch ends versions there once its MERGE is done (execute.apply_truncates), so
+    in one batch a version a later change of the key ended (or, with chosen columns, updated
+    in place) would end at that change, or too. Cut there, the version ends at the TRUNCATE
+    and the later change starts one of its own, as at the source. A replay cuts the same
+    pieces. Pure."""
     sources = {(s.db, s.name) for s in plan.sources}
     cuts = sorted({s.offset for s in statements if (s.db, s.tbl) in sources and
                    s.op in ("truncate", "delete") and window.after < s.offset < window.upto})
