@@ -9,6 +9,7 @@ from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.tables import table_ref
+from cdc_sql import sql
 from cdc_sql.sql import quote
 
 
@@ -21,12 +22,10 @@ def history_differences(lake: Lake, plan: SilverPlan, silver_columns) -> str | N
         return None
     present = set(lake.tables.schema(path).names) & set(silver_columns)
     columns = ", ".join(quote(c) for c in plan.row_columns if c in present)
-    silver = f"SELECT {columns} FROM {table_ref(lake.silver_path(plan.spec.name))}" \
-             f"{semantics.live_where(silver_columns)}"
-    current = f"SELECT {columns} FROM {table_ref(path)} WHERE _cdc_current"
-    missing, extra = lake.engine.sql(
-        f"SELECT (SELECT COUNT(*) FROM ({silver} EXCEPT ALL {current}) AS m), "
-        f"(SELECT COUNT(*) FROM ({current} EXCEPT ALL {silver}) AS e)").collect()[0]
+    missing, extra = lake.engine.sql(sql.render(
+        "history_current_check", columns=columns,
+        silver=table_ref(lake.silver_path(plan.spec.name)),
+        live=semantics.live_where(silver_columns), history=table_ref(path))).collect()[0]
     if not missing and not extra:
         return None
     return (f"{plan.spec.name}_history: {missing:,} silver rows have no current version with "

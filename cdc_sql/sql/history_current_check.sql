@@ -1,0 +1,16 @@
+-- verify: silver's live rows against history's current versions, counted each way
+-- (ops/history_check.py); the columns are those both tables hold.
+WITH silver AS (
+  SELECT {{ columns }}
+  FROM {{ silver }}{{ live }}
+),
+current_versions AS (
+  SELECT {{ columns }}
+  FROM {{ history }}
+  WHERE _cdc_current
+)
+SELECT
+  (SELECT COUNT(*) FROM (SELECT * FROM silver EXCEPT ALL SELECT * FROM current_versions) AS m)
+    AS missing,
+  (SELECT COUNT(*) FROM (SELECT * FROM current_versions EXCEPT ALL SELECT * FROM silver) AS e)
+    AS extra
