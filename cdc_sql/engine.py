@@ -64,6 +64,7 @@ class Engine:
     alters_columns = True  # ALTER TABLE ADD COLUMNS
     time_travels = True  # VERSION AS OF any version the log keeps
     catalogs = True  # tables registered by name outlive the session (a metastore, Unity)
+    writes_change_data_feed = True  # a table with delta.enableChangeDataFeed (config/layout.py)
 
     @property
     def spark(self):
@@ -205,6 +206,7 @@ class SailEngine(Engine):
     alters_columns = False
     time_travels = False
     catalogs = False
+    writes_change_data_feed = False
 
     def read(self, path: str, version: int | None = None):
         if version is None:

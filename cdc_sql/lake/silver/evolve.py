@@ -16,7 +16,7 @@ def create(lake: Lake, path: str, rows, properties: dict | None = None) -> None:
     (tables.stats_properties; docs/engines.md), with the pipeline's `properties`
     (config/layout.py) in that commit: a change data feed then starts at version 0."""
     properties = properties or {}
-    if layout.CHANGE_DATA_FEED in properties and lake.engine.kind == "sail":
+    if layout.CHANGE_DATA_FEED in properties and not lake.engine.writes_change_data_feed:
         raise CdcError(layout.SAIL_CANNOT_WRITE_CDF)  # a remote Sail: known once it answers
     lake.engine.append(rows, path, {**stats_properties(rows.schema), **properties})
 
