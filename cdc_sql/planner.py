@@ -59,6 +59,7 @@ class Window:
     history_start: str | None = None  # first batch with history: where history begins
     idle: bool = False            # nothing to merge: only P moves to U
     replace: bool = False         # a re-snapshot: silver is replaced, in one commit
+    replaced: bool = False        # ... which a killed run did already: merged again instead
     # Range re-reads merged with the window: (source table, predicate, watermark) each; silver
     # removes its rows matching one that the read did not return, at its watermark
     ranges: tuple[tuple[str, str, str], ...] = ()

@@ -71,6 +71,11 @@ SCENARIOS = {
         Window("000002:000000000100:000000", "000003:000000000200:000000",
                {"shop.orders": (SplitRef(0, "b1", "000002:000000000300:000000"),)},
                replace=True)),
+    "change_data_feed_soft_deletes_replayed_resnapshot": (
+        Table(name="orders", source="shop.orders", deletes="soft", change_data_feed=True),
+        [ORDERS], Window("000002:000000000100:000000", "000003:000000000200:000000",
+                         {"shop.orders": (SplitRef(0, "b1", "000002:000000000300:000000"),)},
+                         replace=True, replaced=True)),
     "history_on_chosen_columns": (
         Table(name="orders", source="shop.orders", history=History(track=["status"])),
         [ORDERS], Window("000002:000000000100:000000", "000003:000000000200:000000")),
@@ -131,6 +136,17 @@ def test_the_cascade_queries_are_the_reviewed_sql():
                silver="delta.`/lake/silver/child` VERSION AS OF 7",
                    live="\nWHERE NOT COALESCE(_cdc_deleted, FALSE)")
     path = GOLDEN / "cascades.sql"
+    if os.environ.get("CDC_SQL_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_the_history_check_is_the_reviewed_sql():
+    text = render("history_current_check", columns="`id`, `status`",
+                  silver="delta.`/lake/silver/orders`",
+                  live="\nWHERE NOT COALESCE(_cdc_deleted, FALSE)",
+                  history="delta.`/lake/silver/orders_history`")
+    path = GOLDEN / "history_check.sql"
     if os.environ.get("CDC_SQL_UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text()

@@ -19,6 +19,7 @@ from cdc_sql.lake.silver.facts import Statement, read_facts, read_statements
 from cdc_sql.lake.silver.ownership import owned_tables
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.route import clusters, route
+from cdc_sql.lake.tables import RESNAPSHOT_MARK
 from cdc_sql.planner import Window
 
 log = logging.getLogger("cdc_sql")
@@ -35,6 +36,9 @@ def merge_window(lake: Lake, plan: SilverPlan, window: Window,
     silver (and history) with one key range per file (route.Route.cluster)."""
     cascaded, moves = cascade_rows(lake, plan, window, statements, silver_version, cascading) \
         if plan.cascades else (None, [])
+    if window.replace and plan.spec.change_data_feed and \
+            replaced_already(lake, plan, silver_version):
+        window = replace(window, replaced=True)
     if not window.first or not plan.spec.history:
         _batches(lake, plan, window, statements, cascaded)
     else:
@@ -43,6 +47,17 @@ def merge_window(lake: Lake, plan: SilverPlan, window: Window,
         for path in owned_tables(lake, plan.spec).values():
             cluster_if_mixed(lake, path, layout.cluster_columns(plan.spec, plan.key))
     return moves
+
+
+def replaced_already(lake: Lake, plan: SilverPlan, silver_version: int | None) -> bool:
+    """Whether a re-snapshot replaced silver after the version state recorded last: this
+    window, in a run killed before its state commit (nothing else replaces silver, and every
+    other window commits state after its steps). The replay's window may reach further than
+    the killed one (capture moved on), so its rows are merged, not skipped."""
+    path = lake.silver_path(plan.spec.name)
+    commits = lake.tables.history(path, silver_version) \
+        if silver_version is not None and lake.tables.exists(path) else None
+    return any(operation == RESNAPSHOT_MARK for _, operation, _ in commits or ())
 
 
 def _first_with_history(lake: Lake, plan: SilverPlan, window: Window,

@@ -209,6 +209,20 @@ def merge_sql(lake: Lake, plan: SilverPlan, changes_view: str, dropped: tuple[st
     )
 
 
+def replace_again_sql(lake: Lake, plan: SilverPlan, replacement: str) -> str:
+    """A re-snapshot's `replacement` rows merged into silver (silver_replace_again.sql)."""
+    columns = [quote(c) for c in plan.columns]
+    return render(
+        "silver_replace_again",
+        silver=table_ref(lake.silver_path(plan.spec.name)),
+        replacement=replacement,
+        key_match=key_match(plan, "t", "s"),
+        assignments=", ".join(f"t.{c} = s.{c}" for c in columns),
+        columns=", ".join(columns),
+        values=", ".join(f"s.{c}" for c in columns),
+    )
+
+
 def range_removes_sql(lake: Lake, plan: SilverPlan, ranges, candidates: str
                       ) -> tuple[str, dict]:
     """The removes of a window's range re-reads (`Window.ranges`), one UNION ALL branch each,

@@ -12,7 +12,8 @@ from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.sql_text import (binlog_images_sql, candidates_sql, changes_sql,
                                           history_merge_sql, history_resnapshot_sql,
                                           history_versions_sql, key_match, merge_sql,
-                                          range_removes_sql, snapshot_images_sql,
+                                          range_removes_sql, replace_again_sql,
+                                          snapshot_images_sql,
                                           snapshot_rows_sql)
 from cdc_sql.lake.tables import table_ref
 from cdc_sql.planner import SplitRef, Window
@@ -31,6 +32,7 @@ class StepKind(StrEnum):
     MERGE = "merge"                # the MERGE into silver (its targets first get the columns)
     HISTORY_MERGE = "history-merge"  # the MERGE into history
     REPLACE = "replace"            # silver `name` replaced, in one commit (a re-snapshot)
+    MERGE_REPLACEMENT = "merge-replacement"  # the same rows merged (Window.replaced)
     EVOLVE_HISTORY = "evolve-history"  # history given the source's columns and types
 
 
@@ -170,15 +172,20 @@ def replace_steps(lake: Lake, plan: SilverPlan, window: Window, changes_view: st
     kept = semantics.replace_kept(plan.spec, plan.columns, silver_columns,
                                   key_match(plan, "t", "s"),
                                   table_ref(lake.silver_path(name)), quote(changes_view))
+    replacement = render("silver_replace", columns=", ".join(quote(c) for c in plan.columns),
+                         changes=quote(changes_view), removes=semantics.removes(plan.spec),
+                         kept=kept)
+    args = {"upto": window.upto} if ":upto" in kept else {}
+    if window.replaced:
+        steps.append(Step(title="the re-snapshot's rows merged into silver, which a killed run "
+                                "replaced already (its change data feed shows each row once)",
+                          sql=replace_again_sql(lake, plan, replacement),
+                          kind=StepKind.MERGE_REPLACEMENT, args=args,
+                          crash_point="silver.merged"))
+        return steps
     steps.append(Step(title="silver replaced by the re-snapshot's rows, in one commit",
-                      sql=render("silver_replace",
-                                 columns=", ".join(quote(c) for c in plan.columns),
-                                 changes=quote(changes_view),
-                                 removes=semantics.removes(plan.spec),
-                                 kept=kept),
-                      kind=StepKind.REPLACE, name=lake.silver_path(name),
-                      args={"upto": window.upto} if ":upto" in kept else {},
-                      crash_point="silver.merged"))
+                      sql=replacement, kind=StepKind.REPLACE, name=lake.silver_path(name),
+                      args=args, crash_point="silver.merged"))
     return steps
 
 
