@@ -117,39 +117,33 @@ def rendered(name: str) -> str:
     return describe(batch_steps(LAKE, plan, window, facts(name)))
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_rendered_sql_is_the_reviewed_sql(name):
-    path = GOLDEN / f"{name}.sql"
-    text = rendered(name)
+def assert_reviewed(file: str, text: str) -> None:
+    path = GOLDEN / file
     if os.environ.get("CDC_SQL_UPDATE_GOLDEN"):
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     assert text == path.read_text(), f"{path} differs: review, then CDC_SQL_UPDATE_GOLDEN=1"
 
 
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_rendered_sql_is_the_reviewed_sql(name):
+    assert_reviewed(f"{name}.sql", rendered(name))
 
 
 def test_the_cascade_queries_are_the_reviewed_sql():
-    text = render("cascade_parent_changes", key="`id`",
-                  bronze_changes="delta.`/lake/bronze/_changes/shop.parent`") + \
-        render("cascade_silver_rows", columns="`id`, `parent_id`",
-               silver="delta.`/lake/silver/child` VERSION AS OF 7",
-                   live="\nWHERE NOT COALESCE(_cdc_deleted, FALSE)")
-    path = GOLDEN / "cascades.sql"
-    if os.environ.get("CDC_SQL_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
+    assert_reviewed("cascades.sql", render(
+        "cascade_parent_changes", key="`id`",
+        bronze_changes="delta.`/lake/bronze/_changes/shop.parent`") + render(
+        "cascade_silver_rows", columns="`id`, `parent_id`",
+        silver="delta.`/lake/silver/child` VERSION AS OF 7",
+        live="\nWHERE NOT COALESCE(_cdc_deleted, FALSE)"))
 
 
 def test_the_history_check_is_the_reviewed_sql():
-    text = render("history_current_check", columns="`id`, `status`",
-                  silver="delta.`/lake/silver/orders`",
-                  live="\nWHERE NOT COALESCE(_cdc_deleted, FALSE)",
-                  history="delta.`/lake/silver/orders_history`")
-    path = GOLDEN / "history_check.sql"
-    if os.environ.get("CDC_SQL_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text()
+    assert_reviewed("history_check.sql", render(
+        "history_current_check", columns="`id`, `status`", silver="delta.`/lake/silver/orders`",
+        live="\nWHERE NOT COALESCE(_cdc_deleted, FALSE)",
+        history="delta.`/lake/silver/orders_history`"))
 
 
 def test_every_template_is_in_a_golden_file():
