@@ -6,8 +6,9 @@ Parquet tables of the same schemas.
 stdin: {"parse": [sql, ...], "programs": [[op, ...], ...]}; stdout: {"parse": [error or None],
 "programs": [[(title, error or None or "skipped: ..."), ...]]}. Ops, in order:
 - {"standin": path, "schema": StructType JSON}: an empty Parquet table for `delta.`path``;
-- {"standin": path, "like": view, "drop": [...], "history": bool}: one with a view's columns
-  (for silver; as a history table: offsets and times become valid_from/to, plus _cdc_current);
+- {"standin": path, "like": view, "drop": [...], "history": bool, "held": bool}: one with a
+  view's columns (for silver; as a history table: offsets and times become valid_from/to, plus
+  _cdc_current, and with "held", history on chosen columns, they stay too);
 - {"splits": view, "rows": [...]}: the done-splits view;
 - {"view": name, "sql", "args", "title"}: analyse it and define the temp view;
 - {"check": sql, "args", "title"}: analyse only.
@@ -55,7 +56,8 @@ def _run(spark, program: list[dict]) -> list:
                 fields = [f for f in spark.table(op["like"]).schema.fields
                           if f.name not in op.get("drop", [])]
                 if op.get("history"):
-                    fields = [f for f in fields if f.name not in ("_cdc_offset", "_cdc_ts")]
+                    fields = [f for f in fields if op.get("held") or
+                              f.name not in ("_cdc_offset", "_cdc_ts")]
                     for name, kind in (("_cdc_valid_from", StringType()),
                                        ("_cdc_valid_from_ts", TimestampType()),
                                        ("_cdc_valid_to", StringType()),

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from cdc_sql.config.model import Table
+from cdc_sql.config.model import History, Table
 from cdc_sql.config.projection import resolve_projection
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver.plan import plan_silver
@@ -72,8 +72,23 @@ def program(name: str) -> list[dict]:
                  "schema": _spark_json(changes)},
                 {"standin": LAKE.snapshot_path(source.db, source.name),
                  "schema": _spark_json(bronze.snapshot_schema(source))}]
+    made = False  # silver's and history's stand-ins
+
+    def targets_like(view: str) -> list[dict]:
+        """Silver and history with the columns of a view of changes (or of candidates)."""
+        ops = [{"standin": LAKE.silver_path(spec.name), "like": view, "drop": ["_cdc_remove"]}]
+        if spec.history:  # with chosen columns, history holds the change its values are from
+            ops.append({"standin": LAKE.history_path(spec.name), "like": view,
+                        "drop": ["_cdc_remove"], "history": True,
+                        "held": isinstance(spec.history, History)})
+        return ops
+
     for n, step in enumerate(steps, 1):
         title = f"{name} step {n}: {step.title}"
+        if not made and LAKE.silver_path(spec.name) in step.sql and \
+                step.name.startswith("cdc_range_removes_"):  # reads silver before the MERGE
+            ops += targets_like(f"cdc_candidates_{spec.name}")
+            made = True
         if step.kind == "splits":
             ops.append({"splits": step.name, "rows": [list(r.row) for r in step.splits]})
         elif step.kind == "view":
@@ -85,12 +100,9 @@ def program(name: str) -> list[dict]:
                 if sql:
                     ops.append({"check": sql, "title": f"{title} ({part})"})
             ops.append({"view": step.view, "sql": step.sql, "args": step.args, "title": title})
-            if step.view.startswith("cdc_changes_"):  # silver and history get these columns
-                ops.append({"standin": LAKE.silver_path(spec.name), "like": step.view,
-                            "drop": ["_cdc_remove"]})
-                if spec.history:
-                    ops.append({"standin": LAKE.history_path(spec.name), "like": step.view,
-                                "drop": ["_cdc_remove"], "history": True})
+            if step.view.startswith("cdc_changes_") and not made:  # silver and history
+                ops += targets_like(step.view)                       # get these columns
+                made = True
     return ops
 
 
