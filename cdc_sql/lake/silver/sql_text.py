@@ -195,32 +195,25 @@ def key_match(plan: SilverPlan, left: str, right: str) -> str:
 
 def merge_sql(lake: Lake, plan: SilverPlan, changes_view: str, dropped: tuple[str, ...] = ()) -> str:
     """`dropped`: silver columns the source no longer has; an update sets them NULL."""
-    columns = [quote(c) for c in plan.columns]
-    return render(
-        "silver_merge",
-        silver=table_ref(lake.silver_path(plan.spec.name)),
-        changes=quote(changes_view),
-        key_match=key_match(plan, "t", "s"),
-        assignments=", ".join([*(f"t.{c} = s.{c}" for c in columns),
-                               *(f"t.{quote(c)} = NULL" for c in dropped)]),
-        columns=", ".join(columns),
-        values=", ".join(f"s.{c}" for c in columns),
-        removes=semantics.removes(plan.spec, "s"),
-    )
+    return render("silver_merge", **_silver_merge_holes(lake, plan, dropped),
+                  changes=quote(changes_view), removes=semantics.removes(plan.spec, "s"))
 
 
 def replace_again_sql(lake: Lake, plan: SilverPlan, replacement: str) -> str:
     """A re-snapshot's `replacement` rows merged into silver (silver_replace_again.sql)."""
+    return render("silver_replace_again", **_silver_merge_holes(lake, plan),
+                  replacement=replacement)
+
+
+def _silver_merge_holes(lake: Lake, plan: SilverPlan, dropped: tuple[str, ...] = ()) -> dict:
+    """What a MERGE of rows `s` in silver's columns into silver `t` says of those columns."""
     columns = [quote(c) for c in plan.columns]
-    return render(
-        "silver_replace_again",
-        silver=table_ref(lake.silver_path(plan.spec.name)),
-        replacement=replacement,
-        key_match=key_match(plan, "t", "s"),
-        assignments=", ".join(f"t.{c} = s.{c}" for c in columns),
-        columns=", ".join(columns),
-        values=", ".join(f"s.{c}" for c in columns),
-    )
+    return {"silver": table_ref(lake.silver_path(plan.spec.name)),
+            "key_match": key_match(plan, "t", "s"),
+            "assignments": ", ".join([*(f"t.{c} = s.{c}" for c in columns),
+                                      *(f"t.{quote(c)} = NULL" for c in dropped)]),
+            "columns": ", ".join(columns),
+            "values": ", ".join(f"s.{c}" for c in columns)}
 
 
 def range_removes_sql(lake: Lake, plan: SilverPlan, ranges, candidates: str
