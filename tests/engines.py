@@ -38,6 +38,20 @@ def on_jvm() -> bool:
     return kind() in ("local", "cluster")
 
 
+# Where a killed run stops on the engine's side of a batch: staging and merging silver and
+# history, and the checkpoint written after them.
+ENGINE_POINTS = ("silver.staged", "silver.merged", "history.staged", "history.merged",
+                 "state.committed")
+
+
+def kill_points(points: list[str]) -> list[str]:
+    """The fault points (cdc_sql/faults.py) a kill test stops its runs at: each of `points`,
+    but with engine `local`, where every killed run starts a JVM of its own (seconds each),
+    only the engine's. The others run the same code on every engine, and
+    the default suite kills there."""
+    return [p for p in points if kind() != "local" or p.partition("@")[0] in ENGINE_POINTS]
+
+
 @pytest.fixture(scope="session")
 def engine_server():
     """The engine's server process, for the kinds that have one (None otherwise)."""

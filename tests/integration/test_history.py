@@ -16,6 +16,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.ops.verify import verify_table
 from tests.integration.helpers import (assert_silver_equals, checkpoint, history_path, run,
                                        runs_killed_at, silver_path)
+from tests.engines import kill_points
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -76,8 +77,9 @@ def test_history_is_the_tail_of_the_source_trail_through_kills(mariadb, database
                              chunk_size=500)
     writer = RandomWriter(mariadb, database, "items", 4000, seed=rng.randrange(2**32))
     writer.start()
-    points = [p for p in faults.POINTS  # test_resnapshot's; plain tables' (not with history)
-              if not p.startswith("resnapshot.") and p != "silver.first_moved"]
+    # test_resnapshot's points are not a batch's; silver.first_moved is plain tables' only
+    points = kill_points([p for p in faults.POINTS
+                          if not p.startswith("resnapshot.") and p != "silver.first_moved"])
     try:
         outcomes = runs_killed_at(pipeline, [*points, rng.choice(points)])
     finally:
@@ -128,8 +130,8 @@ def test_history_on_chosen_columns_through_kills(mariadb, database, engine, make
                              f"  history: {{except: [v]}}", chunk_size=500)
     writer = RandomWriter(mariadb, database, "items", 2500, seed=rng.randrange(2**32), rate=200)
     writer.start()
-    points = [p for p in faults.POINTS
-              if not p.startswith("resnapshot.") and p != "silver.first_moved"]
+    points = kill_points([p for p in faults.POINTS
+                          if not p.startswith("resnapshot.") and p != "silver.first_moved"])
     try:
         outcomes = runs_killed_at(pipeline, [*points, "history.merged@2"])
     finally:
