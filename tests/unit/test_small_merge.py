@@ -125,6 +125,24 @@ def test_the_memory_budget_counts_changes_and_silver():
     assert not small_merge.fits(0, small_merge.MEMORY_BUDGET)
 
 
+def test_rows_of_megabytes_are_merged_by_rewriting_files_within_the_budget():
+    """delta-rs's MERGE holds batches of 8,192 rows: rows past WIDE_ROW_BYTES go to
+    lake/file_merge.py (local paths: it writes files there), by their Arrow bytes, however
+    small their Parquet; narrow rows stay with delta-rs's `fits`."""
+    from cdc_sql.lake import small_merge
+    from cdc_sql.lake.parquet_files import ROW_GROUP_BYTES
+
+    wide, mb = small_merge.WIDE_ROW_BYTES, 2**20
+    assert small_merge.merger(175 * mb, 15, 15 * mb, local=True) == "files"
+    assert small_merge.merger(wide * 100, 100, 0, local=True) == "files"
+    assert small_merge.merger(wide * 100 - 1, 100, 0, local=True) == "delta-rs"
+    assert small_merge.merger(175 * mb, 15, 15 * mb, local=False) == "delta-rs"
+    room = small_merge.MEMORY_BUDGET - 2 * ROW_GROUP_BYTES
+    assert small_merge.merger(room, 1, 10**12, local=True) == "files"
+    assert small_merge.merger(room + 1, 1, 0, local=True) is None  # the engine's SQL
+    assert small_merge.merger(2**20, 10**4, small_merge.MEMORY_BUDGET, local=True) is None
+
+
 def test_file_bytes_of_a_window_counts_the_files_it_may_touch(tmp_path):
     from deltalake import DeltaTable, write_deltalake
 
@@ -140,6 +158,8 @@ def test_file_bytes_of_a_window_counts_the_files_it_may_touch(tmp_path):
     assert tables.file_bytes(path, ("_cdc_offset", "a5", "b2")) == size["b1"]
     assert tables.file_bytes(path, ("_cdc_offset", "a4", "c1")) == sum(size.values())
     assert tables.file_bytes(path, ("_cdc_offset", "c9", "d")) == 0
+    assert tables.file_rows(path) == 6
+    assert tables.file_rows(path, ("_cdc_offset", "a5", "b2")) == 2
 
 
 def test_statistics_cover_the_offset_of_tables_past_32_columns():
