@@ -7,7 +7,9 @@ that follows silver's size (docs/performance.md, "Measurements behind the code")
 of a table silver holds as it is (one source table, no projection, no history, no cascades)
 whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with delta-rs, the
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
-and one delta-rs MERGE with the conditions of silver_merge.sql. A first window also creates
+and one delta-rs MERGE with the conditions of silver_merge.sql (rows of WIDE_ROW_BYTES or more,
+whose batches delta-rs cannot hold, are MERGEd under the same conditions by rewriting the files
+they touch a row group at a time: lake/file_merge.py). A first window also creates
 silver here, with the snapshot rows placed at their splits' watermarks (snapshot_images.sql) in
 the creating commit, as the engine does (on a local path, the files lake/first_version.py
 wrote during the snapshot when they agree with state, else written in parallel from bronze by
@@ -113,12 +115,13 @@ def fits(changes_bytes: int, silver_bytes: int) -> bool:
     return changes_bytes + MERGE_PER_SILVER_BYTE * silver_bytes <= MEMORY_BUDGET
 
 
-def merger(changes_bytes: int, changes_rows: int, silver_bytes: int, local: bool) -> str | None:
+def merger(changes_bytes: int, changes_rows: int, silver_bytes: int,
+           rewritable: bool) -> str | None:
     """Which MERGE of `changes_rows` changes of `changes_bytes` (in Arrow) stays within
-    MEMORY_BUDGET: "files" for rows of WIDE_ROW_BYTES or more on a local path (held whole,
-    plus a batch read and one written: lake/file_merge.py), else "delta-rs" if it `fits`;
-    None when neither does (the engine's SQL)."""
-    if local and changes_rows and changes_bytes >= WIDE_ROW_BYTES * changes_rows:
+    MEMORY_BUDGET: "files" for rows of WIDE_ROW_BYTES or more when silver is `rewritable`
+    (held whole, plus a row group read and one written: lake/file_merge.py), else "delta-rs"
+    if it `fits`; None when neither does (the engine's SQL)."""
+    if rewritable and changes_rows and changes_bytes >= WIDE_ROW_BYTES * changes_rows:
         wide = changes_bytes + 2 * parquet_files.ROW_GROUP_BYTES <= MEMORY_BUDGET
         return "files" if wide else None
     return "delta-rs" if fits(changes_bytes, silver_bytes) else None
@@ -204,15 +207,16 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     changes_path = lake.changes_path(source.db, source.name)
     silver_bytes = lake.tables.file_bytes(silver)
     within = ("_cdc_offset", window.after, window.upto)
+    rewritable = _rewritable(lake, silver)
     if merger(ARROW_PER_PARQUET_BYTE * lake.tables.file_bytes(changes_path, within),
-              lake.tables.file_rows(changes_path, within), silver_bytes, lake.local) is None:
+              lake.tables.file_rows(changes_path, within), silver_bytes, rewritable) is None:
         return "past the memory budget (by bronze's and silver's file sizes)"
     started = time.perf_counter()
     extra = semantics.extra_columns(plan.spec)
     changes = lake.tables.read_arrow(
         changes_path, [c for c in plan.columns if c not in extra],
         where=[("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto)])
-    way, count = merger(changes.nbytes, changes.num_rows, silver_bytes, lake.local), \
+    way, count = merger(changes.nbytes, changes.num_rows, silver_bytes, rewritable), \
         changes.num_rows
     if way is None:
         return f"past the memory budget ({changes.num_rows} changes)"
@@ -232,6 +236,13 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
               "rewriting files" if way == "files" else "delta-rs", read - started,
               picked - read, time.perf_counter() - picked)
     return None
+
+
+def _rewritable(lake: Lake, silver: str) -> bool:
+    """Whether lake/file_merge.py may MERGE into silver: a local table that keeps no change
+    data feed (delta-rs's MERGE writes the feed's rows; a rewrite of files would not)."""
+    return lake.local and \
+        lake.tables.properties(silver).get(layout.CHANGE_DATA_FEED, "").lower() != "true"
 
 
 def silver_schema(plan) -> pa.Schema:
