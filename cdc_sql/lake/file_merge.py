@@ -58,6 +58,9 @@ def merge(tables, path: str, changes: pa.Table, key: list[str]) -> int:
         for batch in _batches(os.path.join(path, name), schema):
             for part in _merged(batch, source, changes, key, schema):
                 files.write(part)
+            # Each row group takes new blocks of the allocator (mimalloc, pyarrow's default)
+            # unless the last one's are given back: the process grew by the file's size.
+            pa.default_memory_pool().release_unused()
     for batch in _conformed(changes.filter(inserted), schema).to_batches():
         files.write(batch)
     tables.replace_files(path, rewritten, files.close(), schema)
