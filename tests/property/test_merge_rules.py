@@ -375,8 +375,9 @@ def test_a_resnapshot_replaces_any_silver_with_the_model(engine, new_lake, data,
 
 
 def in_process_merges(monkeypatch, way: str) -> list:
-    """The in-process MERGEs of `way` ("delta-rs", or "files": lake/file_merge.py, taken for
-    rows of any width here) recorded into the list returned as they are carried out."""
+    """Sends in-process MERGEs `way` ("delta-rs", or "files": lake/file_merge.py, taken for
+    rows of any width here); the list returned gets an entry per MERGE as it is carried out,
+    a false one for a MERGE the other way."""
     from cdc_sql.lake import delta_rs_tables, file_merge, small_merge
 
     merges = []
