@@ -1,8 +1,9 @@
 """One capture pass: the binlog from where capture stands up to a stop position, into bronze.
 
 Batches close between transactions (`binlog_batch_rows/bytes/seconds`); a transaction larger
-than `binlog_batch_rows` lands in parts, each as soon as its builders hold that many changes,
-so memory never follows a transaction's size. Each batch or part is written the same way:
+than `binlog_batch_rows` or `binlog_batch_bytes` lands in parts, each as soon as its builders
+hold that many changes or bytes of row images, so memory never follows a transaction's size.
+Each batch or part is written the same way:
 
 1. state first records the tables about to be written (`CaptureEntry.landing`);
 2. one bronze commit per source table touched (and one for DDL statements);
@@ -114,6 +115,7 @@ class Capture:
         reader = BinlogReader(self.source, list(self.tables.values()), start, stop_at,
                               self.mariadb, gtid_marks=marks, gtid_state=self.committed.gtid,
                               matches=self.matches, skip=skip, part_rows=batch_rows,
+                              part_bytes=self.source.binlog_batch_bytes,
                               server=self.server, by_gtid=by_gtid, base=base, drop=drop,
                               held=self.committed.held, schema_at=self.schema_at,
                               policy=self.policy)

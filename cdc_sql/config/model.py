@@ -105,7 +105,8 @@ class Source:
                                   "transactions; a larger transaction lands in parts of this "
                                   "size, which silver sees only once it is whole", 50_000,
                                   minimum=1)
-    binlog_batch_bytes: int = _key("... or after this many bytes of row images", 64 * 2**20,
+    binlog_batch_bytes: int = _key("... or after this many bytes of row images; a larger "
+                                   "transaction lands in parts of this size too", 64 * 2**20,
                                    minimum=1)
     binlog_batch_seconds: float = _key("... or after this many seconds", 5.0, minimum=0)
     on_purged_binlog: str = _key("when the binlog capture needs was purged: stop (the run "

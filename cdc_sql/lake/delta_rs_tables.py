@@ -8,9 +8,9 @@ from typing import Callable, Iterable
 import pyarrow as pa
 
 from cdc_sql.lake import parquet_files, tables
-from cdc_sql.lake.tables import (COMMIT_RETRIES, EVOLVE_MARK, WRITES_FEATURES,
-                                 append_with_delta_rs, literal, operation, predicate,
-                                 stats_configuration, writer_properties)
+from cdc_sql.lake.tables import (COMMIT_RETRIES, EVOLVE_MARK, OWN_MERGE,
+                                 WRITES_FEATURES, append_with_delta_rs, literal, operation,
+                                 predicate, stats_configuration, writer_properties)
 from cdc_sql.location import Location
 
 
@@ -351,11 +351,7 @@ class DeltaRsTables(DeltaRsWrites):
         """(min, max, bytes) of `column` in each file, None where the log has no statistics."""
         with self._table(path) as table:
             actions = _add_actions(table)
-        sizes = actions.column("size_bytes").to_pylist()
-        if column is None or f"min.{column}" not in actions.column_names:
-            return [(None, None, size) for size in sizes]
-        return list(zip(actions.column(f"min.{column}").to_pylist(),
-                        actions.column(f"max.{column}").to_pylist(), sizes))
+        return list(zip(*_bounds(actions, column), actions.column("size_bytes").to_pylist()))
 
     def merges_here(self, path: str) -> bool:
         """Whether delta-rs may MERGE into the table: no feature it cannot write (deletion
@@ -383,6 +379,48 @@ class DeltaRsTables(DeltaRsWrites):
         """Bytes of the table's data files; `within` (column, after, upto): only of the files
         that may hold rows with after < column <= upto by their statistics (a file without
         statistics on the column counts)."""
+        return sum(size for size, _ in self._files_within(path, within))
+
+    def file_rows(self, path: str, within: tuple[str, str, str] | None = None) -> int:
+        """Rows of the files `file_bytes` counts (from the Delta log's statistics)."""
+        return sum(rows or 0 for _, rows in self._files_within(path, within))
+
+    def _files_within(self, path: str, within: tuple[str, str, str] | None) -> list[tuple]:
+        """(bytes, rows) of the files of `file_bytes`."""
         column, after, upto = within or (None, None, None)
-        return sum(size for low, high, size in self._file_stats(path, column)
-                   if low is None or high is None or (low <= upto and high > after))
+        with self._table(path) as table:
+            actions = _add_actions(table)
+        files = zip(actions.column("size_bytes").to_pylist(),
+                    actions.column("num_records").to_pylist(), *_bounds(actions, column))
+        return [(size, rows) for size, rows, low, high in files
+                if low is None or high is None or (low <= upto and high > after)]
+
+    def data_files(self, path: str, column: str) -> list[tuple[str, object, object]]:
+        """(path relative to the table, min, max of `column`) of each data file of a local,
+        unpartitioned table; None where the Delta log has no bound."""
+        with self._table(path) as table:
+            actions = _add_actions(table)
+        return list(zip(actions.column("path").to_pylist(), *_bounds(actions, column)))
+
+    def replace_files(self, path: str, removed: list[str], added: list,
+                      schema: pa.Schema) -> None:
+        """One commit removing files (relative paths) and adding others already in the
+        table's directory (`added`: their add actions), marked as cdc-sql's MERGE (the
+        hand-change check lets it pass, as a MERGE of ours)."""
+        import time
+
+        from deltalake import CommitProperties
+        from deltalake.transaction import RemoveAction
+
+        now = int(time.time() * 1000)
+        with self._table(path) as table:
+            table.create_write_transaction(
+                [*added, *(RemoveAction(name, True, now) for name in removed)], "append", schema,
+                commit_properties=CommitProperties(custom_metadata={"userMetadata": OWN_MERGE}))
+
+
+def _bounds(actions: pa.Table, column: str | None) -> tuple[list, list]:
+    """The min and max of `column` in each file of the add actions (None: no statistics)."""
+    if column is None or f"min.{column}" not in actions.column_names:
+        return [None] * actions.num_rows, [None] * actions.num_rows
+    return actions.column(f"min.{column}").to_pylist(), actions.column(f"max.{column}").to_pylist()

@@ -29,6 +29,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see tables.writer_properties
+# ... and a row group holds at most this many bytes of Arrow values: a reader decodes a whole
+# row group at once (pyarrow's batches are slices of it), so rows of megabytes (wide values)
+# come a few to a group, which lake/file_merge.py reads one at a time.
+ROW_GROUP_BYTES = 32 * 2**20
 TARGET_ROWS = 2_000_000
 # DICTIONARY: only for cdc-sql's columns that repeat one value per split (offset, op, time):
 # dictionary encoding of every column was slower and larger than none, and none but these the
@@ -84,7 +88,7 @@ class Files:
                 os.path.join(self.path, self._name), self.schema, compression="snappy",
                 use_dictionary=[n for n in REPEATING if n in self.schema.names])
             self._stats = Stats(self.schema)
-        self._writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+        self._writer.write_batch(batch, row_group_size=row_group_rows(batch))
         self._stats.add(batch)
         if self._stats.rows >= TARGET_ROWS:
             self._finish()
@@ -104,6 +108,14 @@ class Files:
         self.actions.append(AddAction(self._name, os.path.getsize(path), {},
                                       int(time.time() * 1000), True,
                                       self._stats.json(pq.read_metadata(path))))
+
+
+def row_group_rows(batch: pa.RecordBatch) -> int:
+    """The rows of a row group cut from `batch`: ROW_GROUP_ROWS, fewer for wide rows, so that
+    it holds no more than ROW_GROUP_BYTES."""
+    if batch.nbytes <= ROW_GROUP_BYTES:
+        return ROW_GROUP_ROWS
+    return max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES * batch.num_rows // batch.nbytes))
 
 
 def _has_bounds(type_: pa.DataType) -> bool:

@@ -7,7 +7,9 @@ that follows silver's size (docs/performance.md, "Measurements behind the code")
 of a table silver holds as it is (one source table, no projection, no history, no cascades)
 whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with delta-rs, the
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
-and one delta-rs MERGE with the conditions of silver_merge.sql. A first window also creates
+and one delta-rs MERGE with the conditions of silver_merge.sql (rows of WIDE_ROW_BYTES or more,
+whose batches delta-rs cannot hold, are MERGEd under the same conditions by rewriting the files
+they touch a row group at a time: lake/file_merge.py). A first window also creates
 silver here, with the snapshot rows placed at their splits' watermarks (snapshot_images.sql) in
 the creating commit, as the engine does (on a local path, the files lake/first_version.py
 wrote during the snapshot when they agree with state, else written in parallel from bronze by
@@ -36,7 +38,7 @@ import pyarrow.compute as pc
 
 from cdc_sql import faults
 from cdc_sql.config import layout
-from cdc_sql.lake import first_version, semantics
+from cdc_sql.lake import file_merge, first_version, parquet_files, semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
@@ -48,6 +50,11 @@ MEMORY_BUDGET = 512 * 2**20
 # (docs/performance.md, "Measurements behind the code").
 ARROW_PER_PARQUET_BYTE = 4
 MERGE_PER_SILVER_BYTE = 9
+# delta-rs's MERGE moves rows in batches of 8,192 and holds the files it rewrites: past this
+# many Arrow bytes a row, one batch alone passes the budget, however well the values compress
+# (a 300 MB table in 15 MB of Parquet took 1.05 GB). Windows of rows this wide are merged by
+# rewriting silver's touched files a few rows at a time (lake/file_merge.py), on a local path.
+WIDE_ROW_BYTES = MEMORY_BUDGET // 8192
 # In an object store, past it, the engine writes silver's first version faster, on every core;
 # below it, a table costs delta-rs milliseconds where the engine takes a round trip or more
 # (docs/performance.md, "Measurements behind the code"). Local
@@ -108,6 +115,18 @@ def fits(changes_bytes: int, silver_bytes: int) -> bool:
     return changes_bytes + MERGE_PER_SILVER_BYTE * silver_bytes <= MEMORY_BUDGET
 
 
+def merger(changes_bytes: int, changes_rows: int, silver_bytes: int,
+           rewritable: bool) -> str | None:
+    """Which MERGE of `changes_rows` changes of `changes_bytes` (in Arrow) stays within
+    MEMORY_BUDGET: "files" for rows of WIDE_ROW_BYTES or more when silver is `rewritable`
+    (held whole, plus a row group read and one written: lake/file_merge.py), else "delta-rs"
+    if it `fits`; None when neither does (the engine's SQL)."""
+    if rewritable and changes_rows and changes_bytes >= WIDE_ROW_BYTES * changes_rows:
+        wide = changes_bytes + 2 * parquet_files.ROW_GROUP_BYTES <= MEMORY_BUDGET
+        return "files" if wide else None
+    return "delta-rs" if fits(changes_bytes, silver_bytes) else None
+
+
 def last_change_per_key(changes: pa.Table, key: list[str]) -> pa.Table:
     """The last change of each key by offset, a removal losing to another change at the same
     offset (silver_changes.sql's rule); `changes` holds `_cdc_offset` and `_cdc_remove`.
@@ -125,6 +144,8 @@ def last_change_per_key(changes: pa.Table, key: list[str]) -> pa.Table:
                              ("remove", "descending")])
     ordered = pa.table({**{k: pc.take(changes[k], order) for k in key}, "__cdc_at": order})
     last = ordered.group_by(key, use_threads=False).aggregate([("__cdc_at", "last")])
+    if last.num_rows == changes.num_rows:  # a change per key: no copy (of wide values)
+        return changes
     return changes.take(last["__cdc_at_last"])
 
 
@@ -186,28 +207,42 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     changes_path = lake.changes_path(source.db, source.name)
     silver_bytes = lake.tables.file_bytes(silver)
     within = ("_cdc_offset", window.after, window.upto)
-    if not fits(ARROW_PER_PARQUET_BYTE * lake.tables.file_bytes(changes_path, within),
-                silver_bytes):
+    rewritable = _rewritable(lake, silver)
+    if merger(ARROW_PER_PARQUET_BYTE * lake.tables.file_bytes(changes_path, within),
+              lake.tables.file_rows(changes_path, within), silver_bytes, rewritable) is None:
         return "past the memory budget (by bronze's and silver's file sizes)"
     started = time.perf_counter()
     extra = semantics.extra_columns(plan.spec)
     changes = lake.tables.read_arrow(
         changes_path, [c for c in plan.columns if c not in extra],
         where=[("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto)])
-    if not fits(changes.nbytes, silver_bytes):
+    way, count = merger(changes.nbytes, changes.num_rows, silver_bytes, rewritable), \
+        changes.num_rows
+    if way is None:
         return f"past the memory budget ({changes.num_rows} changes)"
     if changes.num_rows == 0:
         return None
     read = time.perf_counter()
-    changes = semantics.arrow_changes(plan.spec, changes)
-    last = last_change_per_key(changes, list(plan.key))
+    last = last_change_per_key(semantics.arrow_changes(plan.spec, changes), list(plan.key))
+    del changes  # the MERGE holds only the last changes
     faults.point("silver.staged")
     picked = time.perf_counter()
-    lake.tables.merge_changes(silver, last, list(plan.key), list(plan.columns))
-    log.debug("silver %s: %d changes (%d keys) merged by delta-rs: read in %.3fs, the last per "
-              "key in %.3fs, the MERGE in %.3fs", plan.spec.name, changes.num_rows,
-              last.num_rows, read - started, picked - read, time.perf_counter() - picked)
+    if way == "files":
+        file_merge.merge(lake.tables, silver, last, list(plan.key))
+    else:
+        lake.tables.merge_changes(silver, last, list(plan.key), list(plan.columns))
+    log.debug("silver %s: %d changes (%d keys) merged by %s: read in %.3fs, the last per "
+              "key in %.3fs, the MERGE in %.3fs", plan.spec.name, count, last.num_rows,
+              "rewriting files" if way == "files" else "delta-rs", read - started,
+              picked - read, time.perf_counter() - picked)
     return None
+
+
+def _rewritable(lake: Lake, silver: str) -> bool:
+    """Whether lake/file_merge.py may MERGE into silver: a local table that keeps no change
+    data feed (delta-rs's MERGE writes the feed's rows; a rewrite of files would not)."""
+    return lake.local and \
+        lake.tables.properties(silver).get(layout.CHANGE_DATA_FEED, "").lower() != "true"
 
 
 def silver_schema(plan) -> pa.Schema:

@@ -139,6 +139,15 @@ class SparkTables:
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
+    file_rows = file_bytes
+
+    def data_files(self, path: str, column: str) -> list[tuple[str, object, object]]:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
+    def replace_files(self, path: str, removed: list[str], added: list,
+                      schema: pa.Schema) -> None:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
     def scan(self, path: str, columns: list[str],
              where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:
         raise NotImplementedError("merges_here is False: nothing is merged here")

@@ -4,8 +4,8 @@ Events come from binlog_protocol.py (one replication connection, by position); t
 other event bodies are parsed by binlog_events.py, row images decoded into per-table builders by
 rows.py (compiled where it was built, and then on worker threads: decoding.py). The reader
 yields at every transaction boundary, and in the middle of a transaction once it holds
-`part_rows` row changes: the caller lands what it holds (`take()`), so memory follows
-`part_rows`, never a transaction's size.
+`part_rows` row changes or `part_bytes` of row images: the caller lands what it holds
+(`take()`), so memory follows those, never a transaction's size (nor its rows' width).
 
 Offsets: a row change's offset is (binlog file sequence, end position of its rows event, row
 index in the event); a DDL statement's, (file sequence, end position of its query event, 0).
@@ -82,7 +82,8 @@ class BinlogReader(RowEvents, DdlEvents, PartitionEvents, XaEvents):
                  stop_at: Position | None, mariadb: bool, blocking: bool = False,
                  gtid_marks: GtidWatermarks | None = None, gtid_state: str = "",
                  matches=lambda db, table: False, skip: dict | None = None,
-                 part_rows: int = 50_000, compiled: bool | None = None,
+                 part_rows: int = 50_000, part_bytes: int = 64 * 2**20,
+                 compiled: bool | None = None,
                  server: str = "", by_gtid: bool = False, base: int | None = None,
                  drop: dict[tuple[str, str], Offset] | None = None,
                  held: dict[str, dict] | None = None, schema_at: Position | None = None,
@@ -102,7 +103,7 @@ class BinlogReader(RowEvents, DdlEvents, PartitionEvents, XaEvents):
         self.start, self.stop_at = start, stop_at
         self.skip = skip or {}
         self.drop = drop or {}
-        self.part_rows = part_rows
+        self.part_rows, self.part_bytes = part_rows, part_bytes
         self.position = start  # the last transaction boundary read
         self.event_position = start  # the end of the last event read
         self.source_time: str | None = None  # commit time of the transaction ending there
@@ -165,8 +166,8 @@ class BinlogReader(RowEvents, DdlEvents, PartitionEvents, XaEvents):
     # -- reading ---------------------------------------------------------------------------------
     def read(self) -> Iterator[str]:
         """Yields "txn" after each transaction (the position moved), "part" inside one whose
-        changes reached `part_rows`; returns at `stop_at`, at the end of a non-blocking read, or
-        after a DDL on a captured table (`schema_changed`)."""
+        changes reached `part_rows` or `part_bytes`; returns at `stop_at`, at the end of a
+        non-blocking read, or after a DDL on a captured table (`schema_changed`)."""
         try:
             for event in self.stream:
                 if self._replay_until is not None:
@@ -227,7 +228,7 @@ class BinlogReader(RowEvents, DdlEvents, PartitionEvents, XaEvents):
                     self._xa.events.append((t, bytes(event.body), event.timestamp))
                 return None
             self._rows(event)
-            if self.pending_rows >= self.part_rows:
+            if self.pending_rows >= self.part_rows or self.pending_bytes >= self.part_bytes:
                 return "part"
         elif t == ev.MARIADB_GTID:
             gtid = ev.parse_mariadb_gtid(event.body, event.server_id)

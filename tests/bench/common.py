@@ -334,11 +334,16 @@ def last_run(lake) -> dict:
 
 
 def merged_by(silver: Path) -> str:
-    """Who wrote silver's last commit: `delta-rs` (merged in the cdc-sql process) or the
-    engine (from the commit's engineInfo)."""
+    """Who wrote silver's last commit: `delta-rs` (merged in the cdc-sql process), `file
+    rewrite` (lake/file_merge.py, in the process too) or the engine (from the commit's
+    engineInfo)."""
+    from cdc_sql.lake.tables import OWN_MERGE
+
     last = sorted((silver / "_delta_log").glob("*.json"))[-1]
     for line in last.read_text().splitlines():
         info = json.loads(line).get("commitInfo")
+        if info is not None and info.get("userMetadata") == OWN_MERGE:
+            return "file rewrite"
         if info is not None:
             who = str(info.get("clientVersion") or info.get("engineInfo") or "?").lower()
             return next((name for prefix, name in (("delta-rs", "delta-rs"), ("sail", "Sail"),

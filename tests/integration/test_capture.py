@@ -54,11 +54,19 @@ def bronze_offsets(root, db: str, table: str) -> list[str]:
     return sorted(r["_cdc_offset"] for r in rows)
 
 
+# A large transaction by its changes (parts of 100), or by its bytes of row images: rows of
+# 2 KB (before and after), parts of about 100 rows by binlog_batch_bytes alone.
+LARGE = {"rows": ("", "", {"binlog_batch_rows": 100}),
+         "bytes": (", w VARCHAR(1000)", ", REPEAT('x', 1000)", {"binlog_batch_bytes": 200_000})}
+
+
+@pytest.mark.parametrize("large", sorted(LARGE))
 def test_a_transaction_larger_than_a_batch_lands_in_parts_and_reaches_silver_whole(
-        mariadb, database, engine, make_pipeline):
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)",
-                    "INSERT INTO t SELECT seq, 0 FROM seq_1_to_3000", db=database)
-    pipeline = make_pipeline(f"- name: t\n  source: {database}.t", binlog_batch_rows=100)
+        mariadb, database, engine, make_pipeline, large):
+    column, value, settings = LARGE[large]
+    mariadb.execute(f"CREATE TABLE t (id INT PRIMARY KEY, v INT{column})",
+                    f"INSERT INTO t SELECT seq, 0{value} FROM seq_1_to_3000", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t", **settings)
     start = binlog_end(mariadb)  # nothing is written until the snapshot's watermark
     run(pipeline, engine)
     before = binlog_end(mariadb)
@@ -80,7 +88,8 @@ def test_a_transaction_larger_than_a_batch_lands_in_parts_and_reaches_silver_who
         previous |= {r["_cdc_offset"] for r in rows}
     sizes = {g: sum(1 for o in bronze_offsets(pipeline.root, database, "t")
                     if before < o < after) for g in commits}
-    # 3050 changes in parts of at least 100 (a part closes after the rows event crossing it)
+    # 3050 changes in parts of at least 100 changes or 200,000 bytes (a part closes after
+    # the rows event crossing it)
     assert max(len(v) for v in commits.values()) >= 5
     assert sum(1 for v in commits.values() if len(v) > 1) == 1, sizes
     # Capture never recorded a position inside the large transaction: silver saw it whole.

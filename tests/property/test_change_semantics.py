@@ -20,8 +20,8 @@ from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.offsets import Offset
 from tests.property import test_merge_rules
 from tests.property.test_merge_rules import (TABLE, TS, binlog_rows, boundary, drawn_splits,
-                                             histories, land_changes, land_resnapshot, offset,
-                                             split_rows, states)
+                                             histories, in_process_merges, land_changes,
+                                             land_resnapshot, offset, split_rows, states)
 
 new_lake = test_merge_rules.new_lake  # the fixture: a fresh lake per hypothesis example
 SEMANTICS = {"soft": {"deletes": "soft"}, "skip": {"skip": ["delete"]}}
@@ -87,16 +87,19 @@ def land(lake, model, txns, bounds, marks, reads):
     land_changes(lake, binlog_rows(txns, min(marks)))
 
 
+@pytest.mark.parametrize("way", ["delta-rs", "files"])
 @pytest.mark.parametrize("kind", sorted(SEMANTICS))
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), history=histories())
-def test_silver_equals_the_model_on_both_merge_paths(engine, new_lake, monkeypatch, kind, data,
-                                                     history):
-    """Engine MERGE (first version by the engine's append) and delta-rs (first version by
-    delta-rs), replays included, each equal to the model after every batch."""
+def test_silver_equals_the_model_on_both_merge_paths(engine, new_lake, monkeypatch, kind, way,
+                                                     data, history):
+    """Engine MERGE (first version by the engine's append) and in process (first version by
+    delta-rs; changes MERGEd by delta-rs, or by rewriting files as wide rows are), replays
+    included, each equal to the model after every batch."""
     from cdc_sql.lake import small_merge
 
+    in_process_merges(monkeypatch, way)
     initial, txns = history
     model = states(initial, txns)
     last = len(txns) - 1

@@ -374,22 +374,40 @@ def test_a_resnapshot_replaces_any_silver_with_the_model(engine, new_lake, data,
     assert gone <= ended
 
 
+def in_process_merges(monkeypatch, way: str) -> list:
+    """Sends in-process MERGEs `way` ("delta-rs", or "files": lake/file_merge.py, taken for
+    rows of any width here); the list returned gets an entry per MERGE as it is carried out,
+    a false one for a MERGE the other way."""
+    from cdc_sql.lake import delta_rs_tables, file_merge, small_merge
+
+    merges = []
+    if way == "files":
+        monkeypatch.setattr(small_merge, "WIDE_ROW_BYTES", 0)
+        real_files = file_merge.merge
+        monkeypatch.setattr(file_merge, "merge",
+                            lambda *args: merges.append(args) or real_files(*args))
+    real = delta_rs_tables.DeltaRsTables.merge_changes
+    monkeypatch.setattr(delta_rs_tables.DeltaRsTables, "merge_changes",
+                        lambda self, *args: merges.append(way == "delta-rs") or
+                        real(self, *args))
+    return merges
+
+
+@pytest.mark.parametrize("way", ["delta-rs", "files"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), history=histories())
-def test_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lake, monkeypatch,
+def test_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lake, monkeypatch, way,
                                                             data, history):
     """lake/small_merge.py against the engine's SQL: over the same bronze (random histories,
     splits at random watermarks, random batch bounds, replays), silver created and merged in
-    this process by delta-rs and silver created and merged by the engine are the same rows,
-    `_cdc_*` columns included, after every batch, and equal to the model."""
+    this process (by delta-rs, or by rewriting files as rows of megabytes are) and silver
+    created and merged by the engine are the same rows, `_cdc_*` columns included, after every
+    batch, and equal to the model."""
     from deltalake import DeltaTable
 
-    from cdc_sql.lake import delta_rs_tables, small_merge
+    from cdc_sql.lake import small_merge
 
-    merges = []
-    real = delta_rs_tables.DeltaRsTables.merge_changes
-    monkeypatch.setattr(delta_rs_tables.DeltaRsTables, "merge_changes",
-                        lambda self, *args: merges.append(args) or real(self, *args))
+    merges = in_process_merges(monkeypatch, way)
     initial, txns = history
     model = states(initial, txns)
     last = len(txns) - 1
@@ -424,7 +442,8 @@ def test_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lake, mon
         assert_df_equality(here, there, ignore_nullable=True)
         assert_silver(lakes[0], model[u])
         applied = boundary(u)
-    assert bool(merges) == (last > min(marks))  # every window's changes went through delta-rs
+    assert bool(merges) == (last > min(marks))  # every window's changes went that way
+    assert all(merges)  # and none the other
     created = DeltaTable(lakes[0].silver_path("t")).history()[-1]
     assert created["version"] == 0 and created["clientVersion"].startswith("delta-rs")
 

@@ -155,3 +155,17 @@ def test_rows_appended_to_a_local_table_are_files_written_here_in_one_commit_eac
     with pytest.raises(Exception, match="[Ss]chema"):  # refused, as delta-rs always did
         tables.append_arrow(other, (b for b in [batch([(8, "y", None, 2)])]), SCHEMA)
     assert DeltaTable(other).to_pyarrow_table()["id"].to_pylist() == [7]
+
+
+def test_row_groups_of_wide_rows_hold_at_most_row_group_bytes(tmp_path, monkeypatch):
+    """A reader decodes a whole row group (lake/file_merge.py reads one at a time): rows of
+    megabytes come a few to a group, narrow rows ROW_GROUP_ROWS to a group as before."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(parquet_files, "ROW_GROUP_BYTES", 1000)
+    wide = pa.record_batch([pa.array(range(10)), pa.array(["x" * 300] * 10)], ["id", "s"])
+    assert parquet_files.row_group_rows(wide) == 3  # 3 x (300 + 4 + 8) bytes <= 1,000
+    assert parquet_files.row_group_rows(wide.slice(0, 3)) == parquet_files.ROW_GROUP_ROWS
+    [action] = parquet_files.write_files(str(tmp_path), wide.schema, [wide])
+    footer = pq.read_metadata(tmp_path / action.path)
+    assert [footer.row_group(i).num_rows for i in range(footer.num_row_groups)] == [3, 3, 3, 1]

@@ -125,6 +125,43 @@ def test_the_memory_budget_counts_changes_and_silver():
     assert not small_merge.fits(0, small_merge.MEMORY_BUDGET)
 
 
+def test_rows_of_megabytes_are_merged_by_rewriting_files_within_the_budget():
+    """delta-rs's MERGE holds batches of 8,192 rows: rows past WIDE_ROW_BYTES go to
+    lake/file_merge.py (local paths: it writes files there), by their Arrow bytes, however
+    small their Parquet (unless silver is not `rewritable`: an object store, a change data
+    feed); narrow rows stay with delta-rs's `fits`."""
+    from cdc_sql.lake import small_merge
+    from cdc_sql.lake.parquet_files import ROW_GROUP_BYTES
+
+    wide, mb = small_merge.WIDE_ROW_BYTES, 2**20
+    assert small_merge.merger(175 * mb, 15, 15 * mb, rewritable=True) == "files"
+    assert small_merge.merger(wide * 100, 100, 0, rewritable=True) == "files"
+    assert small_merge.merger(wide * 100 - 1, 100, 0, rewritable=True) == "delta-rs"
+    assert small_merge.merger(175 * mb, 15, 15 * mb, rewritable=False) == "delta-rs"
+    room = small_merge.MEMORY_BUDGET - 2 * ROW_GROUP_BYTES
+    assert small_merge.merger(room, 1, 10**12, rewritable=True) == "files"
+    assert small_merge.merger(room + 1, 1, 0, rewritable=True) is None  # the engine's SQL
+    assert small_merge.merger(2**20, 10**4, small_merge.MEMORY_BUDGET, rewritable=True) is None
+
+
+def test_files_keeping_a_change_data_feed_are_not_rewritten_by_file_merge(tmp_path):
+    """lake/file_merge.py writes no `_change_data`: such tables stay with delta-rs's MERGE."""
+    from types import SimpleNamespace
+
+    from deltalake import write_deltalake
+
+    from cdc_sql.lake import small_merge
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+
+    for feed in ("true", "false"):
+        path = str(tmp_path / feed)
+        write_deltalake(path, pa.table({"id": [1]}),
+                        configuration={"delta.enableChangeDataFeed": feed})
+        lake = SimpleNamespace(local=True, tables=DeltaRsTables())
+        assert small_merge._rewritable(lake, path) == (feed == "false")
+        assert not small_merge._rewritable(SimpleNamespace(local=False, tables=None), path)
+
+
 def test_file_bytes_of_a_window_counts_the_files_it_may_touch(tmp_path):
     from deltalake import DeltaTable, write_deltalake
 
@@ -140,6 +177,8 @@ def test_file_bytes_of_a_window_counts_the_files_it_may_touch(tmp_path):
     assert tables.file_bytes(path, ("_cdc_offset", "a5", "b2")) == size["b1"]
     assert tables.file_bytes(path, ("_cdc_offset", "a4", "c1")) == sum(size.values())
     assert tables.file_bytes(path, ("_cdc_offset", "c9", "d")) == 0
+    assert tables.file_rows(path) == 6
+    assert tables.file_rows(path, ("_cdc_offset", "a5", "b2")) == 2
 
 
 def test_statistics_cover_the_offset_of_tables_past_32_columns():

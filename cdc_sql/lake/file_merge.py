@@ -1,0 +1,123 @@
+"""A window of wide rows MERGEd into a local silver table by rewriting, a few rows at a time,
+the files its changes touch (lake/small_merge.py says when).
+
+delta-rs's MERGE (DataFusion) moves rows in batches of 8,192 and holds the files it rewrites
+until it knows which changed: with rows of megabytes (LONGTEXT, LONGBLOB, JSON) a batch is a
+whole file, held several times over, whatever its Parquet bytes say (values that compress
+well: 1.05 GB for a 300 MB table stored in 15 MB; docs/performance.md, "Wide values"). Here the
+same MERGE (silver_merge.sql's conditions: a key's last change replaces or removes its row
+when its offset is later, and is inserted when silver lacks the key and it is no removal) is
+carried out in Arrow:
+
+1. the files whose key range (the first key column's, from the Delta log) holds a changed key
+   are read by their key and `_cdc_offset` alone, to find the rows that change;
+2. the files where some do are read again a row group at a time (lake/parquet_files.py
+   writes them of at most ROW_GROUP_BYTES) and written as they come into new files, kept rows
+   and changed rows alike, the inserted rows after them;
+3. the new files and the removal of the old ones are one commit, marked as cdc-sql's MERGE
+   (tables.OWN_MERGE): silver moves from one transaction boundary to the next at once.
+
+A window replayed after a crash finds no later offset and no missing key: nothing is written,
+no commit. Memory: the window's last changes, a row group read and one written.
+"""
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cdc_sql.lake.parquet_files import Files
+
+_SOURCE, _TARGET = "__cdc_source_row", "__cdc_target_row"
+
+
+def merge(tables, path: str, changes: pa.Table, key: list[str]) -> int:
+    """MERGE the last change per key (`changes`: silver's columns and `_cdc_remove`) into
+    the local Delta table at `path`; the files rewritten (0: nothing changed, no commit)."""
+    schema = tables.schema(path)
+    source = pa.table({**{k: changes[k] for k in key},
+                       _SOURCE: pa.array(range(changes.num_rows), pa.int64())})
+    matched = []  # source rows whose key silver holds
+    rewritten = []
+    for name, low, high in tables.data_files(path, key[0]):
+        if not _may_hold(changes[key[0]], low, high):
+            continue
+        narrow = pq.read_table(os.path.join(path, name), columns=[*key, "_cdc_offset"])
+        found = _matches(narrow, source, key)
+        matched += found[_SOURCE].chunks
+        if pc.any(_later(found, narrow, changes)).as_py():
+            rewritten.append(name)
+    held = pa.chunked_array(matched, pa.int64()).combine_chunks()
+    inserted = pc.invert(pc.or_(pc.is_in(source[_SOURCE], value_set=held), changes["_cdc_remove"]))
+    if not rewritten and not pc.any(inserted).as_py():
+        return 0
+    files = Files(path, schema)
+    for name in rewritten:
+        for batch in _batches(os.path.join(path, name), schema):
+            for part in _merged(batch, source, changes, key, schema):
+                files.write(part)
+            # Each row group takes new blocks of the allocator (mimalloc, pyarrow's default)
+            # unless the last one's are given back: the process grew by the file's size.
+            pa.default_memory_pool().release_unused()
+    for batch in _conformed(changes.filter(inserted), schema).to_batches():
+        files.write(batch)
+    tables.replace_files(path, rewritten, files.close(), schema)
+    return len(rewritten)
+
+
+def _may_hold(values: pa.ChunkedArray, low, high) -> bool:
+    """Whether a file whose first key column lies in [low, high] may hold one of `values`
+    (no bounds, or bounds of a type Arrow cannot compare here: it may)."""
+    if low is None or high is None:
+        return True
+    try:
+        return bool(pc.any(pc.and_(pc.greater_equal(values, low),
+                                   pc.less_equal(values, high))).as_py())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return True
+
+
+def _matches(target, source: pa.Table, key: list[str]) -> pa.Table:
+    """The pairs of a target row and a source row with the same key: their indexes."""
+    rows = pa.table({**{k: target.column(k) for k in key},
+                     _TARGET: pa.array(range(target.num_rows), pa.int64())})
+    return rows.join(source, keys=key, join_type="inner", use_threads=False)
+
+
+def _later(found: pa.Table, target, changes: pa.Table) -> pa.ChunkedArray:
+    """Per matched pair: whether the source row's change is later than the target row."""
+    return pc.greater(pc.take(changes["_cdc_offset"], found[_SOURCE]),
+                      pc.take(target.column("_cdc_offset"), found[_TARGET]))
+
+
+def _batches(file: str, schema: pa.Schema):
+    """A file's rows a row group at a time (pyarrow decodes one whole anyway; lake/parquet_files.py
+    cuts them at ROW_GROUP_BYTES), in silver's columns."""
+    parquet = pq.ParquetFile(file)
+    names = [n for n in schema.names if n in parquet.schema_arrow.names]
+    for group in range(parquet.metadata.num_row_groups):
+        yield from _conformed(parquet.read_row_group(group, columns=names), schema).to_batches()
+
+
+def _merged(batch: pa.RecordBatch, source: pa.Table, changes: pa.Table, key: list[str],
+            schema: pa.Schema):
+    """A target batch as the MERGE leaves it: its rows whose change is not later, then the
+    later changes that are no removal."""
+    found = _matches(batch, source, key)
+    later = found.filter(_later(found, batch, changes))
+    gone = pc.is_in(pa.array(range(batch.num_rows), pa.int64()),
+                    value_set=later[_TARGET].combine_chunks())
+    kept = batch.filter(pc.invert(gone))
+    if kept.num_rows:
+        yield kept
+    replacing = later.filter(pc.invert(pc.take(changes["_cdc_remove"], later[_SOURCE])))
+    if replacing.num_rows:
+        yield from _conformed(changes.take(replacing[_SOURCE]), schema).to_batches()
+
+
+def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` in silver's columns and types (a column silver gained later: NULL)."""
+    return pa.table([table[f.name].cast(f.type) if f.name in table.column_names else
+                     pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)

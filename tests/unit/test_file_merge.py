@@ -1,0 +1,57 @@
+"""lake/file_merge.py: a window of wide rows MERGEd by rewriting the files it touches, a row
+group at a time, in one commit of cdc-sql's own (its equality with the engine's MERGE:
+tests/property/test_merge_rules.py)."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from cdc_sql.lake import file_merge, parquet_files
+from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+from cdc_sql.lake.tables import OWN_MERGE, operation
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("_cdc_offset", pa.string())])
+
+
+def silver(path: str, files: list[list[tuple]]) -> None:
+    """A table of `files`, each of (id, value, offset) rows."""
+    batches = [pa.record_batch([pa.array(c, t.type) for c, t in zip(zip(*rows), SCHEMA)],
+                               schema=SCHEMA) for rows in files]
+    parquet_files.create_table(path, SCHEMA, [lambda b=b: [b] for b in batches])
+
+
+def changes(rows: list[tuple]) -> pa.Table:
+    """The last change per key: (id, value, offset, removal)."""
+    ids, values, offsets, removes = zip(*rows)
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": values, "_cdc_offset": offsets,
+                     "_cdc_remove": removes})
+
+
+def rows_of(path: str) -> dict:
+    table = DeltaTable(path).to_pyarrow_table()
+    return {r["id"]: (r["v"], r["_cdc_offset"]) for r in table.to_pylist()}
+
+
+def test_later_changes_replace_remove_and_insert_rows_in_one_commit(tmp_path, monkeypatch):
+    path = str(tmp_path / "silver")
+    monkeypatch.setattr(parquet_files, "ROW_GROUP_BYTES", 200)  # a few rows a row group
+    silver(path, [[(i, "x" * 50, "b") for i in range(1, 11)], [(20, "y", "b"), (21, "y", "b")]])
+    read = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, i, **kw: read.append(i) or real(self, i, **kw))
+    window = changes([(2, "new", "c", False), (3, "old", "a", False), (4, "", "c", True),
+                      (30, "ins", "c", False), (31, "", "c", True)])
+    assert file_merge.merge(DeltaRsTables(), path, window, ["id"]) == 1  # not ids 20, 21's
+    assert len(set(read)) > 1  # the rewritten file, a row group at a time
+    want = {i: ("x" * 50, "b") for i in range(1, 11) if i != 4} | \
+        {2: ("new", "c"), 20: ("y", "b"), 21: ("y", "b"), 30: ("ins", "c")}
+    assert rows_of(path) == want
+    table = DeltaTable(path)
+    last = table.history(1)[0]
+    assert operation(last["operation"], last.get("operationParameters"),
+                     last.get("userMetadata")) == OWN_MERGE  # the hand-change check's own
+    version = table.version()
+    assert file_merge.merge(DeltaRsTables(), path, window, ["id"]) == 0  # a replay
+    assert DeltaTable(path).version() == version and rows_of(path) == want
