@@ -69,8 +69,12 @@ def merge(tables, path: str, changes: pa.Table, key: list[str]) -> int:
 
 def _may_hold(values: pa.ChunkedArray, low, high) -> bool:
     """Whether a file whose first key column lies in [low, high] may hold one of `values`
-    (no bounds, or bounds of a type Arrow cannot compare here: it may)."""
-    if low is None or high is None:
+    (no bounds, bounds of a type Arrow cannot compare here, or of text: it may). Writers
+    truncate the statistics of strings and bytes (Delta Spark to 32 characters), so only
+    numbers' bounds are taken: a file skipped wrongly would leave a key's old row beside its
+    new one."""
+    if low is None or high is None or not (pa.types.is_integer(values.type) or
+                                           pa.types.is_decimal(values.type)):
         return True
     try:
         return bool(pc.any(pc.and_(pc.greater_equal(values, low),

@@ -55,3 +55,13 @@ def test_later_changes_replace_remove_and_insert_rows_in_one_commit(tmp_path, mo
     version = table.version()
     assert file_merge.merge(DeltaRsTables(), path, window, ["id"]) == 0  # a replay
     assert DeltaTable(path).version() == version and rows_of(path) == want
+
+
+def test_only_numbers_bounds_skip_files():
+    """Text statistics may be truncated (a file's max below its real highest key): a file is
+    skipped by its bounds only for keys that are numbers."""
+    ints = pa.chunked_array([[5, 7]], pa.int64())
+    assert not file_merge._may_hold(ints, 10, 20) and file_merge._may_hold(ints, 1, 5)
+    text = pa.chunked_array([["abcdefgh-long-key"]], pa.string())
+    assert file_merge._may_hold(text, "a", "abcd")  # a truncated max: read it anyway
+    assert file_merge._may_hold(ints, None, 20)
