@@ -114,7 +114,7 @@ class WithFallback:
 
     ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
               "cluster", "overwrite_arrow", "reset", "set_properties", "clustering")
-    ENGINE = ("cluster_by", "recluster")
+    ENGINE = ("alter_clustering", "recluster")
 
     def __init__(self, tables: DeltaRsTables, engine):
         self._tables, self._engine, self._said = tables, engine, set()

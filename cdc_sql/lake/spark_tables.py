@@ -153,7 +153,7 @@ class SparkTables:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
     def properties(self, path: str) -> dict[str, str]:
-        return dict(self._detail(path)["properties"] or {})
+        return dict(self._detail(path, "properties")[0] or {})
 
     def set_properties(self, path: str, chosen: dict[str, str]) -> None:
         pairs = ", ".join(f"{literal(k)} = {literal(v)}" for k, v in chosen.items())
@@ -170,7 +170,7 @@ class SparkTables:
         if not self.engine.optimizes:
             log.warning("%s: this engine cannot cluster Delta tables; skipped", path)
             return
-        if "clustering" in self._detail(path)["tableFeatures"]:
+        if "clustering" in self._detail(path, "tableFeatures")[0]:
             self.recluster(path)
             return
         self.spark.sql(f"OPTIMIZE {table_ref(path)} ZORDER BY "
@@ -178,9 +178,9 @@ class SparkTables:
 
     def clustering(self, path: str) -> list[str]:
         """The columns Delta liquid-clusters the table by ([] for none)."""
-        return list(self._detail(path)["clusteringColumns"] or ())
+        return list(self._detail(path, "clusteringColumns")[0] or ())
 
-    def cluster_by(self, path: str, columns: tuple[str, ...]) -> None:
+    def alter_clustering(self, path: str, columns: tuple[str, ...]) -> None:
         """ALTER TABLE CLUSTER BY `columns` (NONE for none): Delta 4 turns liquid clustering
         on for an unpartitioned table created without it, and the files stay as they are."""
         listed = ", ".join(quote(c) for c in columns) if columns else None
@@ -192,8 +192,8 @@ class SparkTables:
         `full`, every file (after its columns changed)."""
         self.spark.sql(f"OPTIMIZE {table_ref(path)}{' FULL' if full else ''}").collect()
 
-    def _detail(self, path: str):
-        return self.spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").first()
+    def _detail(self, path: str, *columns: str):
+        return self.spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").select(*columns).first()
 
     def _marked_sql(self, statement: str) -> None:
         # Session-wide: a MERGE another thread commits meanwhile carries the mark too, which

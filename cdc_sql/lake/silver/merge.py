@@ -151,7 +151,7 @@ def cluster_liquid(lake: Lake, plan: SilverPlan, path: str, optimize: bool) -> N
     change = layout.cluster_by_change(plan.spec, lake.clusters_liquid,
                                       lake.tables.clustering(path))
     if change is not None:
-        lake.tables.cluster_by(path, change)
+        lake.tables.alter_clustering(path, change)
         log.info("silver %s: %s liquid-clustered by %s", plan.spec.name, path,
                  ", ".join(change) or "nothing (CLUSTER BY NONE)")
     if change or (optimize and plan.spec.cluster_by):
