@@ -206,3 +206,26 @@ def test_a_liquid_table_goes_through_the_engine_and_says_why(tmp_path):
     sail = Lake(SimpleNamespace(clusters_liquid=False), str(tmp_path), None)
     assert "liquid" not in route(plan, first, sail).reason  # no facts: bronze unread
     assert written_ahead(jvm, [plan]) == {}  # no first version by delta-rs: the engine's
+
+
+def test_liquid_clustering_is_the_engines_sql_whoever_writes_the_table():
+    """delta-rs cannot write the clustering feature: CLUSTER BY and OPTIMIZE go to the engine
+    even for a table delta-rs writes; a table without the feature has no clustering columns,
+    asked of no engine; NONE and FULL as a Databricks user writes them."""
+    from types import SimpleNamespace
+
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+    from cdc_sql.lake.lake import WithFallback
+
+    said = []
+    spark = SimpleNamespace(sql=lambda text: said.append(text) or SimpleNamespace(
+        collect=lambda: []))
+    ops = WithFallback(DeltaRsTables(), SimpleNamespace(spark=spark))
+    ops.alter_clustering("/lake/silver/t", ("n", "odd col"))
+    ops.alter_clustering("/lake/silver/t", ())
+    ops.recluster("/lake/silver/t", full=True)
+    ops.recluster("/lake/silver/t")
+    assert said == ["ALTER TABLE delta.`/lake/silver/t` CLUSTER BY (`n`, `odd col`)",
+                    "ALTER TABLE delta.`/lake/silver/t` CLUSTER BY NONE",
+                    "OPTIMIZE delta.`/lake/silver/t` FULL", "OPTIMIZE delta.`/lake/silver/t`"]
+    assert ops.clustering("/nowhere/t") == [] and len(said) == 4  # not there: delta-rs's
