@@ -255,11 +255,14 @@ def _plan(args) -> int:
     view = preflight.inspect_source(pipeline)
     lake = Lake(None, pipeline.root, None,  # paths only: plan reads no lake table
                 args.sql_only or pipeline.engine.sql_only)
+    mode = args.engine or pipeline.engine.mode
+    # None: the engine that answers decides (remote, active)
+    liquid = getattr(engine.known(mode), "clusters_liquid", None)
     with mysql.cursor(pipeline.source) as cur:
         for plan in silver_plans(pipeline, view):
             print(f"== {plan.spec.name} -> {lake.silver_path(plan.spec.name)}")
-            print(_route(plan, lake, args.engine or pipeline.engine.mode))
-            print(f"-- layout: {layout.describe(plan.spec, plan.key)}")
+            print(_route(plan, lake, mode))
+            print(f"-- layout: {layout.describe(plan.spec, plan.key, liquid)}")
             for table in plan.sources:
                 splits = plan_splits(cur, table, pipeline.source.chunk_size,
                                      pipeline.source.parallelism)

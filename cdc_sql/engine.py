@@ -65,6 +65,7 @@ class Engine:
     time_travels = True  # VERSION AS OF any version the log keeps
     catalogs = True  # tables registered by name outlive the session (a metastore, Unity)
     writes_change_data_feed = True  # a table with delta.enableChangeDataFeed (config/layout.py)
+    clusters_liquid = True  # Delta's liquid clustering: CLUSTER BY, plain OPTIMIZE (layout.py)
 
     @property
     def spark(self):
@@ -207,6 +208,7 @@ class SailEngine(Engine):
     time_travels = False
     catalogs = False
     writes_change_data_feed = False
+    clusters_liquid = False
 
     def read(self, path: str, version: int | None = None):
         if version is None:
@@ -248,6 +250,13 @@ def _sail_version(spark, path: str, version: int):
     if not files:
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(*files)
+
+
+def known(mode: str) -> type[Engine] | None:
+    """The engine a mode gives, where the mode alone says before it starts (`cdc-sql plan`):
+    Sail for `sail`, Delta Spark for `local`. A `remote` or `active` session is whichever
+    engine answers (`probe`): None."""
+    return {"sail": SailEngine, "local": DeltaSparkEngine}.get(mode)
 
 
 def probe(spark) -> tuple[type[Engine], str]:

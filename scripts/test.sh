@@ -40,6 +40,7 @@ CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q \
   $I/test_change_semantics.py::test_truncate_flags_rows_or_is_skipped \
   $I/test_change_feed.py::test_every_write_path_records_what_the_source_did \
   $I/test_change_feed.py::test_a_widening_rewrites_silver_in_the_feed \
+  $I/test_change_feed.py::test_cluster_by_is_liquid_clustering_on_spark_with_delta \
   -k "not (startup_latest or binlog_rotation or snapshot_only_reads or declared_key or \
 every_version or column_mapping)"
 took

@@ -72,16 +72,51 @@ def missing(wanted: dict[str, str], current: dict[str, str]) -> dict[str, str]:
 
 
 def cluster_columns(spec, key: tuple[str, ...]) -> list[str]:
-    """The columns cdc-sql clusters silver and history by: `cluster_by`, else the key."""
+    """The columns cdc-sql clusters silver and history by itself (a Z-order): `cluster_by`,
+    else the key. Not on a table Delta liquid-clusters (liquid_columns)."""
     return list(spec.cluster_by) or list(key)
 
 
-def describe(spec, key: tuple[str, ...]) -> str:
-    """The table's layout in one line (`cdc-sql plan`)."""
+def liquid_columns(spec, clusters_liquid: bool) -> list[str]:
+    """The columns silver and history are liquid-clustered by (Delta's CLUSTER BY, which
+    Delta Spark keeps up with a plain OPTIMIZE): the table's `cluster_by` on an engine with
+    liquid clustering (`Engine.clusters_liquid`: Spark with Delta Lake); [] otherwise, and
+    cdc-sql clusters them itself (cluster_columns)."""
+    return list(spec.cluster_by) if clusters_liquid else []
+
+
+def cluster_by_change(spec, clusters_liquid: bool,
+                      current: list[str]) -> tuple[str, ...] | None:
+    """The ALTER TABLE CLUSTER BY a silver or history table needs, given the columns Delta
+    clusters it by now (`current`, DESCRIBE DETAIL's clusteringColumns), as a Databricks user
+    would write it after editing the table's definition: the table's `cluster_by` when it
+    differs (on a table not yet liquid-clustered too); () for CLUSTER BY NONE when the
+    pipeline no longer names the columns a table is clustered by (its files stay as they are,
+    OPTIMIZE only compacts them from then on); None when nothing changes. Only on an engine
+    with liquid clustering: Sail can neither alter nor write such a table."""
+    if not clusters_liquid or tuple(spec.cluster_by) == tuple(current):
+        return None
+    return tuple(spec.cluster_by)
+
+
+def describe(spec, key: tuple[str, ...], clusters_liquid: bool | None = False) -> str:
+    """The table's layout in one line (`cdc-sql plan`). `clusters_liquid` None: the engine
+    is not known before it answers (engine mode remote or active)."""
     chosen = ", ".join(f"{k}={v}" for k, v in properties(spec).items()) or "none"
     feed = "on (every write path records its rows' changes)" if spec.change_data_feed else "off"
-    return (f"change data feed {feed}; table properties: {chosen}; files clustered by "
-            f"{', '.join(cluster_columns(spec, key))}")
+    return (f"change data feed {feed}; table properties: {chosen}; "
+            f"{_clustering(spec, key, clusters_liquid)}")
+
+
+def _clustering(spec, key: tuple[str, ...], clusters_liquid: bool | None) -> str:
+    own = (f"files clustered by {', '.join(cluster_columns(spec, key))} (cdc-sql's Z-order "
+           f"after a snapshot and in `cdc-sql maintain`)")
+    if not spec.cluster_by or clusters_liquid is False:
+        return own
+    liquid = (f"files liquid-clustered by {', '.join(spec.cluster_by)} (Delta's CLUSTER BY; "
+              f"OPTIMIZE after a snapshot and in `cdc-sql maintain`)")
+    return liquid if clusters_liquid else \
+        f"{liquid} if the engine is Spark with Delta Lake; on Sail {own}"
 
 
 SAIL_CANNOT_WRITE_CDF = (

@@ -211,9 +211,11 @@ class Table:
                                   "feed, as target.change_data_feed does for every table", False)
     table_properties: dict[str, str] = _key("Delta table properties of this silver table and its "
                                             "history, over target.table_properties", {})
-    cluster_by: list[str] = _key("silver (and history) columns cdc-sql clusters the table's "
-                                 "files by, after a snapshot and in `cdc-sql maintain`, instead "
-                                 "of the key: filters on them read fewer files (a MERGE may "
+    cluster_by: list[str] = _key("silver (and history) columns the table's files are clustered "
+                                 "by instead of the key: Delta liquid clustering (CLUSTER BY, "
+                                 "every window through the engine) on Spark with Delta Lake, "
+                                 "cdc-sql's Z-order on Sail; after a snapshot and in `cdc-sql "
+                                 "maintain`. Filters on them read fewer files (a MERGE may "
                                  "rewrite more)", [])
     key_unique_across_shards: bool = _key("for a regex source: the key alone identifies a row "
                                           "across shards (else the key includes "

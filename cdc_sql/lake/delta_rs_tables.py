@@ -227,6 +227,11 @@ class DeltaRsWrites:
             columns, target_size=tables.TARGET_FILE_BYTES, max_spill_size=512 * 2**20,
             writer_properties=writer_properties())
 
+    def clustering(self, path: str) -> list[str]:
+        """[]: a table delta-rs writes has no clustering feature, so no clustering columns
+        (lake.WithFallback asks the engine about a table it cannot write)."""
+        return []
+
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
                       columns: list[str]) -> None:
         """silver_merge.sql's MERGE of the last change per key (`changes`: `columns` and

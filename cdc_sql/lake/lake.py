@@ -60,6 +60,12 @@ class Lake:
         return self.engine.spark
 
     @property
+    def clusters_liquid(self) -> bool:
+        """Whether the engine has Delta's liquid clustering (config/layout.py liquid_columns);
+        False for a lake opened without one (`cdc-sql plan`)."""
+        return bool(getattr(self.engine, "clusters_liquid", False))
+
+    @property
     def local(self) -> bool:
         return self.root.local
 
@@ -102,10 +108,13 @@ class WithFallback:
     """delta-rs's table operations, except that a change to a table asking for features
     delta-rs cannot write (deletion vectors or column mapping, which Databricks turns on for
     new tables and a user may turn on for silver) goes through the engine's Spark SQL. Reads
-    stay with delta-rs, which reads those features. Each table's features are said once."""
+    stay with delta-rs, which reads those features (but for the columns Delta clusters a
+    table by, which only a table with the clustering feature has). Liquid clustering itself is
+    the engine's alone (delta-rs cannot write it). Each table's features are said once."""
 
     ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
-              "cluster", "overwrite_arrow", "reset", "set_properties")
+              "cluster", "overwrite_arrow", "reset", "set_properties", "clustering")
+    ENGINE = ("alter_clustering", "recluster")
 
     def __init__(self, tables: DeltaRsTables, engine):
         self._tables, self._engine, self._said = tables, engine, set()
@@ -122,6 +131,8 @@ class WithFallback:
         return not self.unwritable(path)
 
     def __getattr__(self, name: str):
+        if name in self.ENGINE:
+            return getattr(SparkTables(self._engine), name)
         method = getattr(self._tables, name)
         if name not in self.ROUTED:
             return method

@@ -162,8 +162,7 @@ class SparkTables:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
     def properties(self, path: str) -> dict[str, str]:
-        row = self.spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").select("properties").first()
-        return dict(row["properties"] or {})
+        return dict(self._detail(path, "properties")[0] or {})
 
     def set_properties(self, path: str, chosen: dict[str, str]) -> None:
         pairs = ", ".join(f"{literal(k)} = {literal(v)}" for k, v in chosen.items())
@@ -174,11 +173,36 @@ class SparkTables:
         raise NotImplementedError("merges_here is False: silver's SQL MERGE")
 
     def cluster(self, path: str, columns: list[str]) -> None:
+        """A Z-order by `columns`; a table with Delta's clustering feature refuses ZORDER BY
+        (even after CLUSTER BY NONE): a plain OPTIMIZE, which clusters it by its own CLUSTER
+        BY columns, or compacts it when it has none."""
         if not self.engine.optimizes:
             log.warning("%s: this engine cannot cluster Delta tables; skipped", path)
             return
+        if "clustering" in self._detail(path, "tableFeatures")[0]:
+            self.recluster(path)
+            return
         self.spark.sql(f"OPTIMIZE {table_ref(path)} ZORDER BY "
                        f"({', '.join(quote(c) for c in columns)})").collect()
+
+    def clustering(self, path: str) -> list[str]:
+        """The columns Delta liquid-clusters the table by ([] for none)."""
+        return list(self._detail(path, "clusteringColumns")[0] or ())
+
+    def alter_clustering(self, path: str, columns: tuple[str, ...]) -> None:
+        """ALTER TABLE CLUSTER BY `columns` (NONE for none): Delta 4 turns liquid clustering
+        on for an unpartitioned table created without it, and the files stay as they are."""
+        listed = ", ".join(quote(c) for c in columns) if columns else None
+        self.spark.sql(f"ALTER TABLE {table_ref(path)} CLUSTER BY "
+                       f"{f'({listed})' if listed else 'NONE'}").collect()
+
+    def recluster(self, path: str, full: bool = False) -> None:
+        """OPTIMIZE a liquid-clustered table: its files not clustered yet by its columns;
+        `full`, every file (after its columns changed)."""
+        self.spark.sql(f"OPTIMIZE {table_ref(path)}{' FULL' if full else ''}").collect()
+
+    def _detail(self, path: str, *columns: str):
+        return self.spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").select(*columns).first()
 
     def _marked_sql(self, statement: str) -> None:
         # Session-wide: a MERGE another thread commits meanwhile carries the mark too, which

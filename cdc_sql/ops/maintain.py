@@ -5,8 +5,10 @@ silver tables it feeds (or whose foreign-key cascades it sets off), DDL statemen
 before the lowest applied offset of all, and snapshot rows of tables whose silver holds its
 snapshot, in every case only rows older than
 `target.retention_hours` (or --retention-hours). Nothing is pruned while any table is still
-snapshotting. Then bronze, silver, staging and state are compacted and vacuumed (files no version
-within the retention needs are deleted), and the state log is rewritten to its latest entries.
+snapshotting. Then silver and history are clustered (cdc-sql's Z-order by `cluster_by` or the
+key; a plain OPTIMIZE of a table Delta liquid-clusters: lake/spark_tables.py), bronze, silver,
+staging and state compacted and vacuumed (files no version within the retention needs are
+deleted), and the state log is rewritten to its latest entries.
 Silver content never changes; a silver table changed outside cdc-sql is left alone and reported.
 Run it between runs (the pipeline lock keeps it from overlapping one).
 """

@@ -9,12 +9,15 @@ a run killed between a MERGE's commit and the state commit replays the window wi
 change row. And replaying the whole feed rebuilds each table exactly. On Sail (the default
 engine) the feed is refused before anything is written, and properties and clustering hold.
 """
+import os
+import re
 import signal
 from collections import Counter
 
 import pytest
 from deltalake import DeltaTable
 
+from cdc_sql.config.model import load_pipeline
 from cdc_sql.lake import tables
 from tests.engines import on_jvm
 from tests.integration.helpers import (assert_silver_equals, history_path, run, runs_killed_at,
@@ -245,6 +248,94 @@ def test_properties_and_clustering_on_every_path(mariadb, database, engine, make
         assert not (tmp_path / "feed-lake").exists()
 
 
+LIQUID_TABLE = """
+- name: l
+  source: {db}.l
+  cluster_by: [n]
+  history: true
+"""
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.skipif(not on_jvm(), reason="Sail has no liquid clustering: cluster_by is "
+                                         "cdc-sql's Z-order there (the test above)")
+def test_cluster_by_is_liquid_clustering_on_spark_with_delta(mariadb, database, engine,
+                                                             make_pipeline, monkeypatch):
+    """Silver and history liquid-clustered by `cluster_by` (DESCRIBE DETAIL's
+    clusteringColumns), their files clustered by OPTIMIZE after the snapshot (a run crashed
+    after its first MERGE, before the clustering, replayed), equal to the source after
+    changes made while the snapshot was read; new columns clustered again in full at the next
+    run, no columns CLUSTER BY NONE, every window merged by the engine; `maintain` then
+    OPTIMIZEs without ZORDER BY (which Delta refuses on a table with the clustering feature)."""
+    import threading
+
+    from cdc_sql import faults
+    from cdc_sql.ops.maintain import maintain
+
+    mariadb.execute("CREATE TABLE l (id INT PRIMARY KEY, n INT, m INT)",
+                    "INSERT INTO l SELECT seq, (seq * 7919) % 1000, seq % 7 FROM seq_1_to_2000",
+                    db=database)
+    pipeline = make_pipeline(LIQUID_TABLE.format(db=database), chunk_size=500)
+    paths = [silver_path(pipeline, "l"), history_path(pipeline, "l")]
+    select = f"SELECT id, n, m FROM {database}.l"
+
+    def clustering(path):
+        return engine.spark.sql(f"DESCRIBE DETAIL {tables.table_ref(path)}").first()[
+            "clusteringColumns"]
+
+    def optimized(path):  # the parameters of the table's last OPTIMIZE
+        return next(c["operationParameters"] for c in DeltaTable(path).history()
+                    if c["operation"] == "OPTIMIZE")
+
+    def write():  # while the snapshot is read
+        with mariadb.connect(database) as conn, conn.cursor() as cur:
+            for i in range(1, 201):
+                cur.execute("UPDATE l SET n = n + 1, m = %s WHERE id = %s", (i, i * 9))
+                cur.execute("INSERT INTO l VALUES (%s, %s, 0)", (5000 + i, i))
+                cur.execute("DELETE FROM l WHERE id = %s", (i * 9 + 1,))
+
+    def crash(name):
+        if name == "silver.merged":
+            raise Crash(name)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    with monkeypatch.context() as patched:  # the first MERGE commits, nothing after it
+        patched.setattr(faults, "point", crash)
+        with pytest.raises(Crash):
+            run(pipeline, engine)
+    writer.join()
+    assert clustering(paths[0]) == []  # created by the engine, not clustered yet
+    run(pipeline, engine)
+    for path in paths:
+        assert clustering(path) == ["n"], path
+        assert "clustering" in DeltaTable(path).protocol().writer_features
+        assert optimized(path)["clusterBy"] == '["n"]', path
+    assert_silver_equals(engine, pipeline, "l", mariadb, select)
+
+    def run_with(cluster_by: str) -> None:
+        text = open(pipeline.file).read()
+        open(pipeline.file, "w").write(re.sub(r"cluster_by: \[.*\]", cluster_by, text))
+        mariadb.execute("UPDATE l SET n = -n, m = m + 1 WHERE id % 3 = 0",
+                        "DELETE FROM l WHERE id % 13 = 0", db=database)
+        run(load_pipeline(pipeline.file, environ={**os.environ,
+                                                  "TEST_MYSQL_PASSWORD": "cdc-secret"}), engine)
+        assert_silver_equals(engine, pipeline, "l", mariadb, select)
+
+    run_with("cluster_by: [m, n]")  # new columns: every file clustered again
+    for path in paths:
+        assert clustering(path) == ["m", "n"], path
+        assert {"isFull": True, "clusterBy": '["m","n"]'}.items() <= optimized(path).items()
+    run_with("cluster_by: []")  # CLUSTER BY NONE: the files stay, OPTIMIZE compacts
+    assert [clustering(path) for path in paths] == [[], []]
+    maintain(engine, pipeline, retention_hours=0)
+    assert DeltaTable(paths[0]).history(1)[0]["operation"] == "VACUUM END"
+    assert_silver_equals(engine, pipeline, "l", mariadb, select)
+
+
 def _ranges(path: str, column: str):
     from cdc_sql.lake.delta_rs_tables import DeltaRsTables
 
@@ -257,6 +348,11 @@ def test_the_plan_prints_the_layout(mariadb, database, make_pipeline):
     mariadb.execute("CREATE TABLE p (id INT PRIMARY KEY, n INT)", db=database)
     pipeline = make_pipeline(LAYOUT_TABLES.format(db=database).split("- name: e")[0],
                              target={"table_properties": "{delta.checkpointInterval: 5}"})
-    out = cli("plan", pipeline.file, wait=120)
+    out = cli("plan", pipeline.file, "--engine", "sail", wait=120)
     assert "-- layout: change data feed off; table properties: delta.checkpointInterval=5; " \
-           "files clustered by n" in out
+           "files clustered by n (cdc-sql's Z-order" in out
+    assert "liquid" not in out
+    out = cli("plan", pipeline.file, "--engine", "local", wait=120)  # no JVM: plan starts none
+    assert "files liquid-clustered by n (Delta's CLUSTER BY; OPTIMIZE after a snapshot" in out
+    assert "-- windows: every one through the engine's SQL below: liquid-clustered by n " \
+           "(Delta's clustering table feature, which delta-rs cannot write)" in out

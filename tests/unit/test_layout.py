@@ -126,3 +126,106 @@ def test_a_runner_refuses_a_change_data_feed_on_sail_before_opening_the_lake(tmp
         Runner(pipeline, SimpleNamespace(mode="sail"))
     assert info.value.path == "tables[0].change_data_feed"
     assert not (tmp_path / "lake").exists()
+
+
+def _orders_plan(cluster_by=("amount",)):
+    source = SourceTable("shop", "orders", (Column("id", "bigint", "bigint", 19, 0, None, None),
+                                            Column("amount", "int", "int", 10, 0, None, None)),
+                         ("id",))
+    return plan_silver(Table(name="orders", source="shop.orders", cluster_by=list(cluster_by)),
+                       [source], "p.yaml", 0)
+
+
+def test_cluster_by_is_liquid_only_where_the_engine_clusters_liquid():
+    from cdc_sql.engine import DeltaSparkEngine, SailEngine, known
+
+    spec = _orders_plan().spec
+    assert DeltaSparkEngine.clusters_liquid and not SailEngine.clusters_liquid
+    assert known("local") is DeltaSparkEngine and known("sail") is SailEngine
+    assert known("remote") is None and known("active") is None  # whichever answers
+    assert layout.liquid_columns(spec, True) == ["amount"]
+    assert layout.liquid_columns(spec, False) == []  # Sail: cdc-sql's own Z-order
+    assert layout.liquid_columns(_orders_plan(()).spec, True) == []  # the key: Z-ordered
+
+
+@pytest.mark.parametrize("cluster_by, current, liquid, change", [
+    (["amount"], [], True, ("amount",)),          # a new table, or one Z-ordered before
+    (["amount"], ["amount"], True, None),         # as asked
+    (["amount", "id"], ["amount"], True, ("amount", "id")),  # columns changed
+    ([], ["amount"], True, ()),                   # cluster_by removed: CLUSTER BY NONE
+    ([], [], True, None),                         # never clustered, or NONE already
+    (["amount"], [], False, None),                # Sail: cannot alter or write one
+    ([], ["amount"], False, None),
+])
+def test_cluster_by_change_is_what_a_databricks_user_would_alter(cluster_by, current, liquid,
+                                                                 change):
+    spec = Table(name="orders", source="shop.orders", cluster_by=cluster_by)
+    assert layout.cluster_by_change(spec, liquid, current) == change
+
+
+@given(st.lists(st.sampled_from("abcd"), unique=True, max_size=3),
+       st.lists(st.sampled_from("abcd"), unique=True, max_size=3))
+def test_a_cluster_by_change_leaves_the_table_as_asked(wanted, current):
+    spec = Table(name="t", source="s.t", cluster_by=wanted)
+    change = layout.cluster_by_change(spec, True, current)
+    after = list(current if change is None else change)
+    assert after == wanted and layout.cluster_by_change(spec, True, after) is None
+
+
+def test_describe_says_how_files_are_clustered_on_each_engine():
+    spec, key = _orders_plan().spec, ("id",)
+    assert "files liquid-clustered by amount (Delta's CLUSTER BY" in \
+        layout.describe(spec, key, True)
+    assert "files clustered by amount (cdc-sql's Z-order" in layout.describe(spec, key, False)
+    unknown = layout.describe(spec, key, None)  # engine mode remote or active
+    assert "liquid-clustered by amount" in unknown and "on Sail files clustered by amount" \
+        in unknown
+    plain = _orders_plan(()).spec
+    assert layout.describe(plain, key, True).endswith("files clustered by id (cdc-sql's "
+                                                      "Z-order after a snapshot and in "
+                                                      "`cdc-sql maintain`)")
+
+
+def test_a_liquid_table_goes_through_the_engine_and_says_why(tmp_path):
+    from types import SimpleNamespace
+
+    from cdc_sql.lake.lake import Lake
+    from cdc_sql.lake.silver.route import Way, route, written_ahead
+    from cdc_sql.planner import Window
+
+    plan, lake = _orders_plan(), Lake(None, str(tmp_path), None)
+    found = route(plan, None, lake, engine_mode="local")
+    assert found.way is Way.ENGINE_SQL and "liquid-clustered by amount" in found.reason
+    assert "delta-rs cannot write" in found.reason
+    assert route(plan, None, lake, engine_mode="sail").in_process  # Z-ordered by cdc-sql
+    assert route(_orders_plan(()), None, lake, engine_mode="local").in_process
+    first = Window("", "0000000001", {"shop.orders": ()}, first=True)
+    jvm = Lake(SimpleNamespace(clusters_liquid=True), str(tmp_path), None)
+    assert route(plan, first, jvm).way is Way.ENGINE_SQL
+    assert route(plan, first, jvm).cluster  # then clustered: CLUSTER BY, OPTIMIZE FULL
+    sail = Lake(SimpleNamespace(clusters_liquid=False), str(tmp_path), None)
+    assert "liquid" not in route(plan, first, sail).reason  # no facts: bronze unread
+    assert written_ahead(jvm, [plan]) == {}  # no first version by delta-rs: the engine's
+
+
+def test_liquid_clustering_is_the_engines_sql_whoever_writes_the_table():
+    """delta-rs cannot write the clustering feature: CLUSTER BY and OPTIMIZE go to the engine
+    even for a table delta-rs writes; a table without the feature has no clustering columns,
+    asked of no engine; NONE and FULL as a Databricks user writes them."""
+    from types import SimpleNamespace
+
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+    from cdc_sql.lake.lake import WithFallback
+
+    said = []
+    spark = SimpleNamespace(sql=lambda text: said.append(text) or SimpleNamespace(
+        collect=lambda: []))
+    ops = WithFallback(DeltaRsTables(), SimpleNamespace(spark=spark))
+    ops.alter_clustering("/lake/silver/t", ("n", "odd col"))
+    ops.alter_clustering("/lake/silver/t", ())
+    ops.recluster("/lake/silver/t", full=True)
+    ops.recluster("/lake/silver/t")
+    assert said == ["ALTER TABLE delta.`/lake/silver/t` CLUSTER BY (`n`, `odd col`)",
+                    "ALTER TABLE delta.`/lake/silver/t` CLUSTER BY NONE",
+                    "OPTIMIZE delta.`/lake/silver/t` FULL", "OPTIMIZE delta.`/lake/silver/t`"]
+    assert ops.clustering("/nowhere/t") == [] and len(said) == 4  # not there: delta-rs's

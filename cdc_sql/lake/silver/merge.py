@@ -44,8 +44,12 @@ def merge_window(lake: Lake, plan: SilverPlan, window: Window,
     else:
         _first_with_history(lake, plan, window, statements, cascaded)
     if clusters(window):
+        liquid = layout.liquid_columns(plan.spec, lake.clusters_liquid)
         for path in owned_tables(lake, plan.spec).values():
-            cluster_if_mixed(lake, path, layout.cluster_columns(plan.spec, plan.key))
+            if liquid:
+                cluster_liquid(lake, plan, path, optimize=True)
+            else:
+                cluster_if_mixed(lake, path, layout.cluster_columns(plan.spec, plan.key))
     return moves
 
 
@@ -123,14 +127,35 @@ def lay_out(lake: Lake, plan: SilverPlan) -> None:
     """Silver and history, where they exist, given the properties the pipeline asks for
     (config/layout.py) that they lack: a pipeline that turns the change data feed on later
     gets it from the next window on, in one SET TBLPROPERTIES commit per table (cdc-sql's own
-    to the hand-change check). New tables get them in the commit that creates them."""
+    to the hand-change check). New tables get them in the commit that creates them. So with
+    the columns Delta liquid-clusters them by (cluster_liquid), on an engine that can."""
     wanted = layout.properties(plan.spec)
-    for path in owned_tables(lake, plan.spec).values() if wanted else ():
-        if lake.tables.exists(path):
-            missing = layout.missing(wanted, lake.tables.properties(path))
-            if missing:
-                lake.tables.set_properties(path, missing)
-                log.info("silver %s: %s given %s", plan.spec.name, path, missing)
+    liquid = lake.clusters_liquid
+    for path in owned_tables(lake, plan.spec).values() if wanted or liquid else ():
+        if not lake.tables.exists(path):
+            continue
+        missing = layout.missing(wanted, lake.tables.properties(path)) if wanted else {}
+        if missing:
+            lake.tables.set_properties(path, missing)
+            log.info("silver %s: %s given %s", plan.spec.name, path, missing)
+        if liquid:
+            cluster_liquid(lake, plan, path, optimize=False)
+
+
+def cluster_liquid(lake: Lake, plan: SilverPlan, path: str, optimize: bool) -> None:
+    """A table given the liquid clustering its `cluster_by` asks for (layout.cluster_by_change:
+    CLUSTER BY the columns, or NONE once the pipeline names none), its files clustered again
+    by new columns in one OPTIMIZE FULL; `optimize` (after a snapshot): OPTIMIZE either way.
+    Only the engine writes these commits (delta-rs cannot write the clustering feature): a
+    table that did not have it gets its later windows through the engine (route.liquid)."""
+    change = layout.cluster_by_change(plan.spec, lake.clusters_liquid,
+                                      lake.tables.clustering(path))
+    if change is not None:
+        lake.tables.alter_clustering(path, change)
+        log.info("silver %s: %s liquid-clustered by %s", plan.spec.name, path,
+                 ", ".join(change) or "nothing (CLUSTER BY NONE)")
+    if change or (optimize and plan.spec.cluster_by):
+        lake.tables.recluster(path, full=bool(change))
 
 
 def cluster_if_mixed(lake: Lake, path: str, key: list[str]) -> bool:

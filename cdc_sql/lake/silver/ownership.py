@@ -6,12 +6,12 @@ from cdc_sql.errors import StateError
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.tables import EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK
 
-# Commits after our recorded version that need no one's attention: compaction, vacuum and
-# table properties (same content: e.g. deletion vectors or column mapping turned on), and our
-# own schema changes and MERGEs (a run that died before its state commit; replaying a window
-# is harmless, however often it happened).
+# Commits after our recorded version that need no one's attention: compaction, vacuum, table
+# properties and the columns Delta clusters by (same content: e.g. deletion vectors or column
+# mapping turned on, ALTER TABLE CLUSTER BY), and our own schema changes and MERGEs (a run
+# that died before its state commit; replaying a window is harmless, however often it happened).
 CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES",
-                      "UPGRADE PROTOCOL", EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK)
+                      "UPGRADE PROTOCOL", "CLUSTER BY", EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK)
 
 
 def owned_tables(lake: Lake, spec: Table) -> dict[str, str]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from cdc_sql import engine
+from cdc_sql.config import layout
 from cdc_sql.lake import first_version, small_merge
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
@@ -47,14 +49,16 @@ def route(plan: SilverPlan, window: Window | None, lake: Lake, facts: Facts | No
     plan`; `engine_mode`: the engine's mode, whose tables delta-rs may not reach)."""
     cluster = window is not None and clusters(window)
     if window is None:
-        reason = small_merge.plan_unsuitable(plan, lake.sql_only)
+        reason = liquid(plan, lake, engine_mode) or \
+            small_merge.plan_unsuitable(plan, lake.sql_only)
         silver = lake.silver_path(plan.spec.name)
         if reason is None and engine_mode is not None and \
                 choose(engine_mode, silver) != "delta-rs":
             reason = (f"engine mode `{engine_mode}`: the lake's tables are the engine's to write "
                       f"(delta-rs in this process may not reach its storage)")
     else:
-        reason = small_merge.unsuitable(plan, window, facts or Facts(), lake.sql_only)
+        reason = liquid(plan, lake) or \
+            small_merge.unsuitable(plan, window, facts or Facts(), lake.sql_only)
     if reason is not None:
         return Route(Way.ENGINE_SQL, reason, cluster)
     if window is None:
@@ -63,6 +67,20 @@ def route(plan: SilverPlan, window: Window | None, lake: Lake, facts: Facts | No
         return Route(Way.WRITTEN_AHEAD, "a plain table's first window on a local path: the "
                      "files written during the snapshot when they agree with state", cluster)
     return Route(Way.IN_PROCESS, "a plain table, the window holds what delta-rs merges", cluster)
+
+
+def liquid(plan: SilverPlan, lake: Lake, engine_mode: str | None = None) -> str | None:
+    """Why a table Delta liquid-clusters goes through the engine (its first version too,
+    which it then clusters); None for any other. `engine_mode` (`cdc-sql plan`): the engine
+    is not started, its mode says what it is where it can (engine.known)."""
+    capable = lake.clusters_liquid
+    if lake.engine is None and engine_mode is not None:
+        capable = getattr(engine.known(engine_mode), "clusters_liquid", False)
+    columns = layout.liquid_columns(plan.spec, capable)
+    if not columns:
+        return None
+    return (f"liquid-clustered by {', '.join(columns)} (Delta's clustering table feature, "
+            f"which delta-rs cannot write)")
 
 
 def clusters(window: Window) -> bool:
