@@ -44,7 +44,9 @@ def merge(tables, path: str, changes: pa.Table, key: list[str]) -> int:
     for name, low, high in tables.data_files(path, key[0]):
         if not _may_hold(changes[key[0]], low, high):
             continue
-        narrow = pq.read_table(os.path.join(path, name), columns=[*key, "_cdc_offset"])
+        columns = [*key, "_cdc_offset"]  # in silver's types (delta-rs writes string_view)
+        narrow = pq.read_table(os.path.join(path, name), columns=columns,
+                               schema=pa.schema([schema.field(c) for c in columns]))
         found = _matches(narrow, source, key)
         matched += found[_SOURCE].chunks
         if pc.any(_later(found, narrow, changes)).as_py():

@@ -65,3 +65,16 @@ def test_only_numbers_bounds_skip_files():
     text = pa.chunked_array([["abcdefgh-long-key"]], pa.string())
     assert file_merge._may_hold(text, "a", "abcd")  # a truncated max: read it anyway
     assert file_merge._may_hold(ints, None, 20)
+
+
+def test_files_delta_rs_wrote_are_read_in_silvers_types(tmp_path):
+    """delta-rs writes text as string_view in its files' Arrow schema, which Arrow's take
+    has no kernel for: the files are read in silver's own types."""
+    path = str(tmp_path / "silver")
+    silver(path, [[(1, "a", "b"), (2, "b", "b"), (3, "c", "b")]])
+    DeltaTable(path).merge(changes([(2, "x", "c", False)]).drop_columns("_cdc_remove"),
+                           "s.id = t.id", source_alias="s", target_alias="t") \
+        .when_matched_update_all().execute()  # the table's only file now delta-rs's
+    window = changes([(1, "n1", "d", False), (3, "", "d", True), (4, "n4", "d", False)])
+    assert file_merge.merge(DeltaRsTables(), path, window, ["id"]) == 1
+    assert rows_of(path) == {1: ("n1", "d"), 2: ("x", "c"), 4: ("n4", "d")}
