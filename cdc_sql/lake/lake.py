@@ -173,8 +173,10 @@ class ReadsHere:
             except Exception:  # noqa: BLE001 - not there, or not reachable from here
                 here = None
             found = same_lake(here, self._spark.table_id(path))
-            if self._shared is None:
+            if self._shared is None and found is not None:
                 self._shared = found
+                log.info("the lake's tables are read %s", "by delta-rs in this process (the "
+                         "engine's own)" if found else "through the engine")
         return bool(self._shared)
 
 
