@@ -5,7 +5,8 @@ same silver table. `silver_child PIPELINE WARMUP_COPY BARE_COPY`.
 Both are timed in a session already warm: the engine started, then a bare MERGE into a first
 copy of silver (not timed) paid its JIT and Delta's first reads; then the silver step (window,
 last change per key, MERGE, state), then the bare MERGE into a second copy. On a classic
-session the Spark jobs each ran are counted too."""
+session the Spark jobs each ran are counted too; through Spark Connect, the round trips each
+made (the step's own listed in its log, with their times and the lines that made them)."""
 import json
 import logging
 import sys
