@@ -140,7 +140,7 @@ class ReadsHere:
     and the rows of a table asking for no feature delta-rs cannot handle go to delta-rs in this
     process, once the lake has been shown to be the engine's own: each is otherwise a Spark
     Connect round trip and a read of Delta's log on the server, and a window's silver step
-    made a dozen of them (docs/performance.md). Shown once: the engine and delta-rs find the
+    made 22 of them (docs/performance.md). Shown once: the engine and delta-rs find the
     same table id (Delta's metaData.id, drawn when the table was created) at the same path
     (`same_lake`). Writes stay with the engine, and a read delta-rs fails is asked of it."""
 
