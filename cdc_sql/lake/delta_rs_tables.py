@@ -296,6 +296,11 @@ class DeltaRsTables(DeltaRsWrites):
 
         return objects.has_delta_log(str(path))
 
+    def table_id(self, path: str) -> str:
+        """The table's id (Delta's metaData.id, drawn when it was created)."""
+        with self._table(path) as table:
+            return str(table.metadata().id)
+
     def version(self, path: str) -> int | None:
         with self._table(path) as table:
             return table.version()

@@ -145,7 +145,66 @@ class WithFallback:
         return routed
 
 
+class ReadsHere:
+    """The engine's Spark SQL for an engine in another process (remote, active), except that
+    the reads of a table's log (whether it exists, its version, history, schema, properties)
+    and the rows of a table asking for no feature delta-rs cannot handle go to delta-rs in this
+    process, once the lake has been shown to be the engine's own: each is otherwise a Spark
+    Connect round trip and a read of Delta's log on the server, and a window's silver step
+    made 22 of them (docs/performance.md). Shown once: the engine and delta-rs find the
+    same table id (Delta's metaData.id, drawn when the table was created) at the same path
+    (`same_lake`). Writes stay with the engine, and a read delta-rs fails is asked of it."""
+
+    READS = ("exists", "version", "history", "schema", "properties", "read_arrow")
+
+    def __init__(self, engine):
+        self._spark, self._here = SparkTables(engine), DeltaRsTables()
+        self._shared: bool | None = None  # None: not known yet
+
+    def __getattr__(self, name: str):
+        method = getattr(self._spark, name)
+        if name not in self.READS:
+            return method
+
+        def read(path: str, *args, **kwargs):
+            if self.shared(path) and (name != "read_arrow" or not self._here.unwritable(path)):
+                try:
+                    return getattr(self._here, name)(path, *args, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - the engine reads what delta-rs cannot
+                    log.debug("%s: %s by the engine (delta-rs: %s)", path, name, exc)
+            return method(path, *args, **kwargs)
+
+        return read
+
+    def shared(self, path: str) -> bool:
+        """Whether this process reads the engine's lake, found out at the first table read."""
+        if self._shared is None:
+            try:
+                here = self._here.table_id(path)
+            except Exception:  # noqa: BLE001 - not there, or not reachable from here
+                here = None
+            found = same_lake(here, self._spark.table_id(path))
+            if self._shared is None and found is not None:
+                self._shared = found
+                log.info("the lake's tables are read %s", "by delta-rs in this process (the "
+                         "engine's own)" if found else "through the engine")
+        return bool(self._shared)
+
+
+def same_lake(here: str | None, engine: str | None) -> bool | None:
+    """Whether delta-rs in this process reads the engine's tables, from the id of one table
+    as each sees it at the same path (None: cannot tell). A table only the engine has, or
+    with another id (another machine's directory of that name), says no; a table neither has
+    says nothing yet. Pure."""
+    if here is None:
+        return False if engine is not None else None
+    return here == engine
+
+
 def table_ops(engine, root: str) -> TableOps:
-    if tables.choose(engine.mode, root) == "delta-rs":
+    chosen = tables.choose(engine.mode, root)
+    if chosen == "delta-rs":
         return WithFallback(DeltaRsTables(), engine)  # type: ignore[return-value]
+    if chosen == "reads-here" and engine.describes_history:
+        return ReadsHere(engine)  # type: ignore[return-value]
     return SparkTables(engine)

@@ -31,6 +31,14 @@ class SparkTables:
         except Exception:  # noqa: BLE001 - any engine's "not a Delta table"
             return False
 
+    def table_id(self, path: str) -> str | None:
+        """The table's id (Delta's metaData.id); None when the engine finds no table there."""
+        try:
+            row = self.spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").select("id").first()
+        except Exception:  # noqa: BLE001 - any engine's "not a Delta table"
+            return None
+        return str(row["id"]) if row is not None and row["id"] else None
+
     def version(self, path: str) -> int | None:
         if not self.engine.describes_history:
             return None

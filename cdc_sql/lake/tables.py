@@ -3,20 +3,22 @@
 `Location` (cdc_sql/location.py) tells a local path from an object store by its scheme, once,
 for the whole target; `choose(engine_mode, path)` then picks who does the table operations:
 
-| target.path                                    | sail, local (JVM)  | remote, active |
-|------------------------------------------------|--------------------|----------------|
-| a plain path, `file://`                        | delta-rs           | Spark SQL      |
-| `s3://`, `s3a://`, `gs://`, `az://`, `abfss://` ... (OBJECT_STORES) | delta-rs | Spark SQL |
-| any other scheme (`dbfs:`, `hdfs://`, ...)     | Spark SQL          | Spark SQL      |
+| target.path                                    | sail, local (JVM)  | remote, active     |
+|------------------------------------------------|--------------------|--------------------|
+| a plain path, `file://`                        | delta-rs           | Spark SQL, reads * |
+| `s3://`, `s3a://`, `gs://`, `az://`, `abfss://` ... (OBJECT_STORES) | delta-rs | Spark SQL, reads * |
+| any other scheme (`dbfs:`, `hdfs://`, ...)     | Spark SQL          | Spark SQL          |
 
 delta-rs runs in this process: it needs no trip through Spark Connect for the small, frequent
 commits of bronze and state, and it does what Sail lacks (OPTIMIZE, VACUUM, history,
 type changes: docs/engines.md). An engine in another process (remote, active) may not share
-this machine's file system, so there everything goes through its own Spark SQL. Data queries (silver's MERGEs,
-reads) always run on the engine.
+this machine's file system, so there every change goes through its own Spark SQL; * reads of
+the tables' logs (and rows of cdc-sql's own tables) go to delta-rs once it has found the same
+table there as the engine (`lake.ReadsHere`: a Delta Spark engine only). Data queries
+(silver's MERGEs, reads) always run on the engine.
 
 The implementations: `DeltaRsTables` (lake/delta_rs_tables.py) and `SparkTables`
-(lake/spark_tables.py), chosen by `lake.table_ops`. deltalake and pyspark are imported where
+(lake/spark_tables.py), chosen (or combined) by `lake.table_ops`. deltalake and pyspark are imported where
 they are used: executors of snapshot tasks load these modules without a Spark session, and
 `validate`/`status` without either.
 """
@@ -51,11 +53,13 @@ WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly",  # delta-rs write
 
 
 def choose(engine_mode: str, path: str) -> str:
-    """'delta-rs' or 'spark': who carries out table operations for tables under `path`."""
-    if not in_process(engine_mode):
-        return "spark"
+    """'delta-rs', 'spark' or 'reads-here' (Spark SQL, the tables' logs read by delta-rs once
+    it is shown to reach the engine's lake): who carries out table operations for tables under
+    `path`."""
     place = Location.of(path)
-    return "delta-rs" if place.local or place.object_store else "spark"
+    if not (place.local or place.object_store):
+        return "spark"
+    return "delta-rs" if in_process(engine_mode) else "reads-here"
 
 
 def table_ref(path: str) -> str:

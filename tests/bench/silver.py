@@ -36,10 +36,13 @@ def run(db: MariaDB, changes: int) -> list:
     assert found["changes"] == changes, found
     label = f"{human(changes)} changes, 7 columns"
     by = merged_by(silver)
-    jobs = lambda key: f", {found[key]} Spark jobs" if found[key] is not None else ""  # noqa
+    def jobs(run: str) -> str:  # Spark jobs (a classic session), round trips (Spark Connect)
+        return "".join(f", {found[f'{run}_{key}']} {what}" for key, what in
+                       (("jobs", "Spark jobs"), ("rpcs", "round trips"))
+                       if found.get(f"{run}_{key}") is not None)
     return [Result(f"bare MERGE INTO of the same bronze rows, warm session ({label}"
-                   f"{jobs('bare_jobs')})", changes, found["bare"]),
-            Result(f"silver step, merged by {by} ({label}{jobs('step_jobs')})",
+                   f"{jobs('bare')})", changes, found["bare"]),
+            Result(f"silver step, merged by {by} ({label}{jobs('step')})",
                    changes, found["step"], child.peak_mb, "bare MERGE", changes / found["bare"]),
             *[Result(f"    {line}", changes, 0) for line in child.log.splitlines()
               if line.startswith("silver ")],  # where the step's time went

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from cdc_sql.lake import lake as lake_module
 from cdc_sql.ops.verify import compare_table
 from tests.integration.helpers import assert_silver_equals, checkpoint, run
 
@@ -26,12 +27,20 @@ def seed(mariadb, db, n=2500):
                          for i in range(1, n + 1)])
 
 
-@pytest.fixture(params=["delta-rs", "spark"])
+@pytest.fixture(params=["delta-rs", "spark", "reads-here"])
 def writer_engine(request, engine, monkeypatch):
     """The engine with each implementation of the table operations (remote engines use
-    Spark SQL for all of them: lake/tables.py)."""
+    Spark SQL for their changes, and delta-rs for reads once it finds their lake: "reads-here",
+    a Delta Spark engine's only; lake/tables.py)."""
+    if request.param == "reads-here" and not engine.describes_history:
+        pytest.skip("Sail's tables are read through Spark SQL when it is remote")
     monkeypatch.setattr("cdc_sql.lake.tables.choose", lambda mode, path: request.param)
+    found = []
+    monkeypatch.setattr("cdc_sql.lake.lake.same_lake",
+                        lambda *ids, same=lake_module.same_lake: found.append(same(*ids)) or
+                        found[-1])
     yield engine
+    assert (True in found) is (request.param == "reads-here")  # delta-rs read the engine's lake
 
 
 def test_snapshot_then_changes_match_the_source(mariadb, database, writer_engine, make_pipeline):
