@@ -323,6 +323,20 @@ def _check_delta(spark, mode: str) -> None:
                        "(docs/engines.md)")
 
 
+# Every Spark Connect session this process made, kept until it exits: pyspark's
+# SparkSession.__del__ closes its client, and with it the pool of release threads every
+# session shares. Run by the garbage collector inside another session's gRPC call (a stopped
+# engine's session, collected at any allocation), it waits for a release thread that waits
+# for that call's lock: the run hangs. Kept, a session is never collected.
+_SESSIONS: list = []
+
+
+def _kept(spark):
+    """A Spark Connect session, kept from the garbage collector (_SESSIONS)."""
+    _SESSIONS.append(spark)
+    return spark
+
+
 def _start_remote(url: str) -> Engine:
     if not url.startswith("sc://"):
         raise CdcError("engine mode `remote` needs engine.url (or --engine-url) as sc://host:port")
@@ -330,7 +344,7 @@ def _start_remote(url: str) -> Engine:
 
     _reachable(url)
     try:
-        spark = SparkSession.builder.remote(url).create()
+        spark = _kept(SparkSession.builder.remote(url).create())
     except Exception as exc:  # noqa: BLE001 - gRPC and pyspark errors alike
         raise CdcError(f"the Spark Connect server at {url} did not answer: "
                        f"{_first_line(exc)}") from None
@@ -372,7 +386,8 @@ def _start_sail() -> Engine:
         _, port = engine._server.listening_address
         # create(), not getOrCreate(): the latter hands back any session already active in
         # this process, whatever its URL, and stopping it would stop that engine's session.
-        spark = _configure(SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create())
+        spark = _configure(_kept(SparkSession.builder.remote(f"sc://127.0.0.1:{port}")
+                                 .create()))
         engine.version = str(spark.sql("SELECT version()").collect()[0][0])
         return spark
 

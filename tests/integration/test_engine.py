@@ -81,3 +81,20 @@ def test_sql_text_substitutes_no_variables(engine, monkeypatch):
     assert engine.spark.conf.get("spark.sql.variable.substitute") == "false"
     (row,) = engine.spark.sql("SELECT '${env:CDC_SQL_TEST_SECRET}' AS v").collect()
     assert row.v == "${env:CDC_SQL_TEST_SECRET}"
+
+
+def test_a_stopped_engines_session_is_never_collected():
+    """pyspark's SparkSession.__del__ closes the release threads every Spark Connect session
+    shares; run by the garbage collector inside another session's gRPC call it hung a run
+    (CI, 2026-11-26). A session this process made outlives its engine."""
+    import gc
+    import weakref
+
+    from cdc_sql import engine as engines
+
+    started = engines.start("sail")
+    session = weakref.ref(started.spark)
+    started.stop()
+    del started
+    gc.collect()
+    assert session() is not None
