@@ -34,6 +34,7 @@ CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q \
   $I/test_mixed_writers.py $I/test_floats.py::test_silver_holds_every_bit_on_every_path \
   "$I/test_cascades.py::test_cascades_reach_child_silver_and_history" \
   "$I/test_cascades.py::test_a_kill_after_the_merge_replays_the_same_cascades[silver.merged]" \
+  $I/test_history.py::test_history_on_chosen_columns_through_kills \
   $I/test_schema_changes.py::test_add_drop_rename_modify_truncate_between_writes \
   $I/test_crash.py::test_a_kill_after_an_in_process_merge_replays_the_window \
   $I/test_binlog_corners.py::test_truncate_partition_is_applied_exactly \

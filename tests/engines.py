@@ -44,12 +44,12 @@ ENGINE_POINTS = ("silver.staged", "silver.merged", "history.staged", "history.me
                  "state.committed")
 
 
-def kill_points(points: list[str]) -> list[str]:
+def kill_points(points: list[str], engine_points: tuple[str, ...] = ENGINE_POINTS) -> list[str]:
     """The fault points (cdc_sql/faults.py) a kill test stops its runs at: each of `points`,
     but with engine `local`, where every killed run starts a JVM of its own (seconds each),
-    only the engine's. The others run the same code on every engine, and
-    the default suite kills there."""
-    return [p for p in points if kind() != "local" or p.partition("@")[0] in ENGINE_POINTS]
+    only those of `engine_points` (the engine's, or a test's own among them). The others run
+    the same code on every engine, and the default suite kills there."""
+    return [p for p in points if kind() != "local" or p.partition("@")[0] in engine_points]
 
 
 @pytest.fixture(scope="session")

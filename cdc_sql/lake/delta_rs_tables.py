@@ -228,8 +228,14 @@ class DeltaRsWrites:
             writer_properties=writer_properties())
 
     def clustering(self, path: str) -> list[str]:
-        """[]: a table delta-rs writes has no clustering feature, so no clustering columns
-        (lake.WithFallback asks the engine about a table it cannot write)."""
+        """[] for a table without Delta's clustering feature (every table delta-rs writes, or
+        none there yet), from its protocol; the columns of one with the feature are the
+        engine's to tell (lake.WithFallback and lake.ReadsHere ask it on this error)."""
+        if self.exists(path):
+            with self._table(path) as table:
+                if "clustering" in (table.protocol().writer_features or ()):
+                    raise NotImplementedError(f"{path}: liquid-clustered, its columns are "
+                                              f"the engine's to tell")
         return []
 
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],

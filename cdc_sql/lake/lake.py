@@ -147,15 +147,16 @@ class WithFallback:
 
 class ReadsHere:
     """The engine's Spark SQL for an engine in another process (remote, active), except that
-    the reads of a table's log (whether it exists, its version, history, schema, properties)
-    and the rows of a table asking for no feature delta-rs cannot handle go to delta-rs in this
-    process, once the lake has been shown to be the engine's own: each is otherwise a Spark
-    Connect round trip and a read of Delta's log on the server, and a window's silver step
-    made 22 of them (docs/performance.md). Shown once: the engine and delta-rs find the
-    same table id (Delta's metaData.id, drawn when the table was created) at the same path
-    (`same_lake`). Writes stay with the engine, and a read delta-rs fails is asked of it."""
+    the reads of a table's log (whether it exists, its version, history, schema, properties,
+    that it has no liquid clustering) and the rows of a table asking for no feature delta-rs
+    cannot handle go to delta-rs in this process, once the lake has been shown to be the
+    engine's own: each is otherwise a Spark Connect round trip and a read of Delta's log on
+    the server, and a window's silver step made 22 of them (docs/performance.md). Shown
+    once: the engine and delta-rs find the same table id (Delta's metaData.id, drawn when the
+    table was created) at the same path (`same_lake`). Writes stay with the engine, and a read delta-rs fails is asked of it."""
 
-    READS = ("exists", "version", "history", "schema", "properties", "read_arrow")
+    READS = ("exists", "version", "history", "schema", "properties", "read_arrow",
+             "clustering")
 
     def __init__(self, engine):
         self._spark, self._here = SparkTables(engine), DeltaRsTables()

@@ -94,3 +94,29 @@ def test_the_engine_reads_what_delta_rs_cannot():
     tables.version("/l/dv")       # its log: delta-rs
     assert engine.calls == [("schema", "/l/a"), ("read_arrow", "/l/dv")]
     assert here.calls == [("version", "/l/dv")]
+
+
+def test_clustering_is_read_here_unless_the_table_has_the_feature(tmp_path):
+    """Each run asks every table's liquid clustering columns (merge.cluster_liquid): delta-rs
+    says [] from the protocol of a table without the clustering feature (0.75 s of a Spark
+    Connect DESCRIBE DETAIL on the cluster otherwise); a table with it is the engine's."""
+    import json
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"n": [1, 2]}))
+    here, engine = DeltaRsTables(), Tables({path: "x"})
+    tables = reads(here, engine)
+    tables._shared = True
+    assert tables.clustering(path) == [] and tables.clustering(str(tmp_path / "none")) == []
+    (tmp_path / "t" / "_delta_log" / f"{1:020}.json").write_text(json.dumps({"protocol": {
+        "minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": [],
+        "writerFeatures": ["clustering", "domainMetadata"]}}) + "\n")
+    with pytest.raises(NotImplementedError, match="liquid-clustered"):
+        here.clustering(path)
+    assert tables.clustering(path) == "clustering"
+    assert engine.calls == [("clustering", path)]
