@@ -360,14 +360,8 @@ class DeltaRsTables(DeltaRsWrites):
     def key_ranges(self, path: str, column: str) -> list[tuple] | None:
         """(min, max, bytes) of `column` in each file, from the Delta log's statistics; None
         when a file has none."""
-        files = self._file_stats(path, column)
+        files = [(low, high, size) for _, size, _, low, high in self._files(path, column)]
         return None if any(low is None or high is None for low, high, _ in files) else files
-
-    def _file_stats(self, path: str, column: str | None) -> list[tuple]:
-        """(min, max, bytes) of `column` in each file, None where the log has no statistics."""
-        with self._table(path) as table:
-            actions = _add_actions(table)
-        return list(zip(*_bounds(actions, column), actions.column("size_bytes").to_pylist()))
 
     def merges_here(self, path: str) -> bool:
         """Whether delta-rs may MERGE into the table: no feature it cannot write (deletion
@@ -395,28 +389,31 @@ class DeltaRsTables(DeltaRsWrites):
         """Bytes of the table's data files; `within` (column, after, upto): only of the files
         that may hold rows with after < column <= upto by their statistics (a file without
         statistics on the column counts)."""
-        return sum(size for size, _ in self._files_within(path, within))
+        return sum(size for _, size, _ in self._files_within(path, within))
 
     def file_rows(self, path: str, within: tuple[str, str, str] | None = None) -> int:
         """Rows of the files `file_bytes` counts (from the Delta log's statistics)."""
-        return sum(rows or 0 for _, rows in self._files_within(path, within))
+        return sum(rows or 0 for _, _, rows in self._files_within(path, within))
 
     def _files_within(self, path: str, within: tuple[str, str, str] | None) -> list[tuple]:
-        """(bytes, rows) of the files of `file_bytes`."""
+        """(path, bytes, rows) of the files of `file_bytes`."""
         column, after, upto = within or (None, None, None)
-        with self._table(path) as table:
-            actions = _add_actions(table)
-        files = zip(actions.column("size_bytes").to_pylist(),
-                    actions.column("num_records").to_pylist(), *_bounds(actions, column))
-        return [(size, rows) for size, rows, low, high in files
+        return [(name, size, rows) for name, size, rows, low, high in self._files(path, column)
                 if low is None or high is None or (low <= upto and high > after)]
 
     def data_files(self, path: str, column: str) -> list[tuple[str, object, object]]:
         """(path relative to the table, min, max of `column`) of each data file of a local,
         unpartitioned table; None where the Delta log has no bound."""
+        return [(name, low, high) for name, _, _, low, high in self._files(path, column)]
+
+    def _files(self, path: str, column: str | None) -> list[tuple]:
+        """(path relative to the table, bytes, rows, min and max of `column`) of each data
+        file, from the Delta log; None where it has no statistics."""
         with self._table(path) as table:
             actions = _add_actions(table)
-        return list(zip(actions.column("path").to_pylist(), *_bounds(actions, column)))
+        return list(zip(*(actions.column(c).to_pylist()
+                          for c in ("path", "size_bytes", "num_records")),
+                        *_bounds(actions, column)))
 
     def replace_files(self, path: str, removed: list[str], added: list,
                       schema: pa.Schema) -> None:

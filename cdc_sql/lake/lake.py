@@ -117,7 +117,7 @@ class WithFallback:
     ENGINE = ("alter_clustering", "recluster")
 
     def __init__(self, tables: DeltaRsTables, engine):
-        self._tables, self._engine, self._said = tables, engine, set()
+        self._tables, self._spark, self._said = tables, SparkTables(engine), set()
 
     def unwritable(self, path: str) -> list[str]:
         features = self._tables.unwritable(path)
@@ -132,7 +132,7 @@ class WithFallback:
 
     def __getattr__(self, name: str):
         if name in self.ENGINE:
-            return getattr(SparkTables(self._engine), name)
+            return getattr(self._spark, name)
         method = getattr(self._tables, name)
         if name not in self.ROUTED:
             return method
@@ -140,7 +140,7 @@ class WithFallback:
         def routed(path: str, *args, **kwargs):
             if not self.unwritable(path):
                 return method(path, *args, **kwargs)
-            return getattr(SparkTables(self._engine), name)(path, *args, **kwargs)
+            return getattr(self._spark, name)(path, *args, **kwargs)
 
         return routed
 
@@ -153,7 +153,8 @@ class ReadsHere:
     engine's own: each is otherwise a Spark Connect round trip and a read of Delta's log on
     the server, and a window's silver step made 22 of them (docs/performance.md). Shown
     once: the engine and delta-rs find the same table id (Delta's metaData.id, drawn when the
-    table was created) at the same path (`same_lake`). Writes stay with the engine, and a read delta-rs fails is asked of it."""
+    table was created) at the same path (`same_lake`). Writes stay with the engine, and a
+    read delta-rs fails is asked of it."""
 
     READS = ("exists", "version", "history", "schema", "properties", "read_arrow",
              "clustering")
@@ -185,7 +186,7 @@ class ReadsHere:
             except Exception:  # noqa: BLE001 - not there, or not reachable from here
                 here = None
             found = same_lake(here, self._spark.table_id(path))
-            if self._shared is None and found is not None:
+            if found is not None:
                 self._shared = found
                 log.info("the lake's tables are read %s", "by delta-rs in this process (the "
                          "engine's own)" if found else "through the engine")
