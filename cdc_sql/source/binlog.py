@@ -3,9 +3,10 @@
 Events come from binlog_protocol.py (one replication connection, by position); table maps and
 other event bodies are parsed by binlog_events.py, row images decoded into per-table builders by
 rows.py (compiled where it was built, and then on worker threads: decoding.py). The reader
-yields at every transaction boundary, and in the middle of a transaction once it holds
-`part_rows` row changes or `part_bytes` of row images: the caller lands what it holds
-(`take()`), so memory follows those, never a transaction's size (nor its rows' width).
+yields at every transaction boundary, and in the middle of a transaction once it has read
+`part_rows` row changes or `part_bytes` of row images of it (or the reader holds twice those):
+the caller lands what it holds (`take()`), so memory follows those, never a transaction's size
+(nor its rows' width), and small transactions never land in parts (`lands_part`).
 
 Offsets: a row change's offset is (binlog file sequence, end position of its rows event, row
 index in the event); a DDL statement's, (file sequence, end position of its query event, 0).
@@ -69,6 +70,21 @@ def stream_settings(source) -> dict:
     return {k: v for k, v in mysql.connection_settings(source).items() if k != "init_command"}
 
 
+
+def lands_part(held: tuple[int, int], transaction_from: tuple[int, int],
+               part: tuple[int, int]) -> bool:
+    """Whether the reader, inside a transaction, lands what it holds as a part: once the
+    transaction's own row changes or bytes of row images (those `held` now, less those held
+    when it began) reach a part's, or all it holds twice a part's (memory stays bounded).
+    Otherwise the batch closes at the end of the transaction that filled it (capture.py), a
+    boundary state records: a part cut inside a small transaction that only happened to
+    cross the batch's size carried no boundary, and state recorded none until the batch
+    timer (binlog_batch_seconds) fired. Pure."""
+    rows, nbytes = held
+    return rows - transaction_from[0] >= part[0] or nbytes - transaction_from[1] >= part[1] \
+        or rows >= 2 * part[0] or nbytes >= 2 * part[1]
+
+
 class BinlogReader(RowEvents, DdlEvents, PartitionEvents, XaEvents):
     """Reads one pass of the binlog from `start` (a transaction boundary) up to `stop_at`.
 
@@ -125,6 +141,7 @@ class BinlogReader(RowEvents, DdlEvents, PartitionEvents, XaEvents):
         self._standalone = False  # the open transaction is one statement (no BEGIN/COMMIT)
         self._event_start = start  # where the event being read begins
         self._txn_start = start   # where the open transaction began
+        self._txn_from = (0, 0)   # the rows and bytes held when it began (lands_part)
         # Prepared XA transactions (XID -> Held), the one being read (`_xa`), and the rows of
         # those committed since the last take(). A run resuming with some held reads again from
         # the first one's start; before `start` it only gathers their events (`_replay_until`).
@@ -228,7 +245,8 @@ class BinlogReader(RowEvents, DdlEvents, PartitionEvents, XaEvents):
                     self._xa.events.append((t, bytes(event.body), event.timestamp))
                 return None
             self._rows(event)
-            if self.pending_rows >= self.part_rows or self.pending_bytes >= self.part_bytes:
+            if lands_part((self.pending_rows, self.pending_bytes), self._txn_from,
+                          (self.part_rows, self.part_bytes)):
                 return "part"
         elif t == ev.MARIADB_GTID:
             gtid = ev.parse_mariadb_gtid(event.body, event.server_id)

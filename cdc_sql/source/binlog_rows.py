@@ -159,7 +159,7 @@ class RowEvents:
                         builder.finish(self._gtids))
         for key, batches in self._xa_batches.items():
             batch.tables.setdefault(key, []).extend(batches)
-        self._xa_batches, self._xa_rows = {}, 0
+        self._xa_batches, self._xa_rows, self._txn_from = {}, 0, (0, 0)
         for key, batches in list(batch.tables.items()):
             table = self.tables[key]
             if table.row_end:  # system-versioned: current rows only

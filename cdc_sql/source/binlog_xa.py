@@ -62,6 +62,7 @@ class XaEvents:
         self._txn_gtid = None
         self._standalone = False
         self._txn_start = self._event_start
+        self._txn_from = (self.pending_rows, self.pending_bytes)
 
     def _commit(self, event) -> str:
         self.in_transaction = False

@@ -60,6 +60,20 @@ LARGE = {"rows": ("", "", {"binlog_batch_rows": 100}),
          "bytes": (", w VARCHAR(1000)", ", REPEAT('x', 1000)", {"binlog_batch_bytes": 200_000})}
 
 
+def bronze_versions(path: str) -> dict[str, set[int]]:
+    """GTID -> the versions of a bronze changes table that added its rows."""
+    commits: dict[str, set[int]] = {}
+    previous: set[str] = set()
+    for version in range(DeltaTable(path).version() + 1):
+        rows = DeltaTable(path, version=version).to_pyarrow_table(
+            columns=["_cdc_offset", "_cdc_gtid"]).to_pylist()
+        for r in rows:
+            if r["_cdc_offset"] not in previous:
+                commits.setdefault(r["_cdc_gtid"], set()).add(version)
+        previous |= {r["_cdc_offset"] for r in rows}
+    return commits
+
+
 @pytest.mark.parametrize("large", sorted(LARGE))
 def test_a_transaction_larger_than_a_batch_lands_in_parts_and_reaches_silver_whole(
         mariadb, database, engine, make_pipeline, large):
@@ -76,16 +90,7 @@ def test_a_transaction_larger_than_a_batch_lands_in_parts_and_reaches_silver_who
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         cur.executemany("UPDATE t SET v = v + 1 WHERE id = %s", [(i,) for i in range(51, 351)])
     run(pipeline, engine)
-    path = changes_path(pipeline.root, database, "t")
-    commits: dict[str, set[int]] = {}  # gtid -> bronze versions holding its rows
-    previous: set[str] = set()
-    for version in range(DeltaTable(path).version() + 1):
-        rows = DeltaTable(path, version=version).to_pyarrow_table(
-            columns=["_cdc_offset", "_cdc_gtid"]).to_pylist()
-        for r in rows:
-            if r["_cdc_offset"] not in previous:
-                commits.setdefault(r["_cdc_gtid"], set()).add(version)
-        previous |= {r["_cdc_offset"] for r in rows}
+    commits = bronze_versions(changes_path(pipeline.root, database, "t"))
     sizes = {g: sum(1 for o in bronze_offsets(pipeline.root, database, "t")
                     if before < o < after) for g in commits}
     # 3050 changes in parts of at least 100 changes or 200,000 bytes (a part closes after
@@ -98,6 +103,31 @@ def test_a_transaction_larger_than_a_batch_lands_in_parts_and_reaches_silver_who
     assert not [p for p in positions if before < p < after]
     assert bronze_offsets(pipeline.root, database, "t") == \
         source_offsets(mariadb, database, "t", start)
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
+
+
+def test_small_transactions_land_whole_and_each_batch_ends_at_a_boundary(
+        mariadb, database, engine, make_pipeline):
+    """Batches of 100 changes, transactions of 7: a batch closes at the end of the
+    transaction that fills it, with its boundary in state. (Parts were cut inside whichever
+    transaction crossed the batch's size: its rows landed in two bronze commits, and state
+    recorded no boundary until the batch timer, so silver moved by 5-second steps under load.)"""
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t", binlog_batch_rows=100,
+                             binlog_batch_seconds=3600)
+    run(pipeline, engine)
+    before = binlog_end(mariadb)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        for i in range(60):
+            cur.execute(f"INSERT INTO t SELECT seq + {7 * i}, {i} FROM seq_1_to_7")
+            conn.commit()
+    run(pipeline, engine)
+    commits = bronze_versions(changes_path(pipeline.root, database, "t"))
+    assert len(commits) == 60 and all(len(v) == 1 for v in commits.values()), commits
+    assert len(set().union(*commits.values())) >= 4  # 420 changes in batches of 105
+    positions = [Position.parse(value["position"]).offset.text
+                 for kind, _, value in state_log(pipeline.root) if kind == "capture"]
+    assert len([p for p in positions if p > before]) >= 4  # each batch's end recorded
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
 
 
