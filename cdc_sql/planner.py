@@ -60,9 +60,10 @@ class Window:
     idle: bool = False            # nothing to merge: only P moves to U
     replace: bool = False         # a re-snapshot: silver is replaced, in one commit
     replaced: bool = False        # ... which a killed run did already: merged again instead
-    # Range re-reads merged with the window: (source table, predicate, watermark) each; silver
-    # removes its rows matching one that the read did not return, at its watermark
-    ranges: tuple[tuple[str, str, str], ...] = ()
+    # Range re-reads merged with the window: (source table, predicate, watermark, read at)
+    # each; silver removes its rows matching one that the read did not return, at its watermark
+    # and with its time (UTC, ISO 8601; "" in state written before it was kept)
+    ranges: tuple[tuple[str, str, str, str], ...] = ()
     ranged: int = -1              # the highest range re-read's split id merged so far
 
 
@@ -99,7 +100,8 @@ def next_window(entry: TableEntry | None, splits: list[SplitEntry],
             return None
         ranges = [replace(s, watermark=just_after(s.watermark)) for s in ranges]
         return Window(applied, upto, done_splits(fresh + ranges),
-                      ranges=tuple((s.source_table, s.predicate, s.watermark) for s in ranges),
+                      ranges=tuple((s.source_table, s.predicate, s.watermark, s.read_at)
+                                   for s in ranges),
                       ranged=max([entry.ranged, *(s.split_id for s in ranges)]))
     return Window(applied, upto, idle=idle)
 

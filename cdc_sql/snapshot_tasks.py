@@ -62,7 +62,7 @@ def land_splits(source, group: SplitGroup, mariadb: bool, write: Writer,
         rows=rows.get(split.split_id, 0), watermark=offset or None,
         watermark_position=str(watermark), watermark_gtid=read.watermark.gtid_set,
         watermark_exact=read.watermark.exact, reader=read.reader, server=read.server,
-        read_end=read_end.offset.text) for split in splits]
+        read_end=read_end.offset.text, read_at=read_at.isoformat()) for split in splits]
 
 
 def _binlog_end(source):

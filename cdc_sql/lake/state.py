@@ -137,6 +137,7 @@ class SplitEntry(Entry):
     read_end: str | None = None
     server: str = ""  # the server whose binlog `watermark_position` is a place in
     predicate: str = ""  # a range re-read's rows instead of a key range (source/splits.py)
+    read_at: str = ""  # when its rows were read (UTC, ISO 8601): a range re-read's removes' time
 
     @property
     def name(self) -> str:

@@ -31,6 +31,7 @@ TABLE = SourceTable("db", "t", (Column("id", "int", "int", 10, 0, None, None),
                                 Column("v", "varchar", "varchar(10)", None, None, None, 10)),
                     ("id",))
 TS = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+READ_AT = dt.datetime(2024, 1, 2, 3, 4, 5, 250000, tzinfo=dt.timezone.utc)  # a range re-read's
 
 
 @pytest.fixture
@@ -487,10 +488,11 @@ def test_a_range_reread_repairs_its_range_whatever_silver_held_there(engine, new
         merge_window(lake, plan, Window(boundary(-1), boundary(applied)))
     rows = sorted((k, v) for k, v in model[read].items() if k in inside)
     bronze.write_splits(lake, TABLE, [split_rows([k for k, _ in rows], [v for _, v in rows], 1)],
-                        "r1", boundary(mark), TS)
+                        "r1", boundary(mark), READ_AT)
     at = just_after(boundary(mark))  # where the planner places the read's rows
     window = Window(boundary(applied), boundary(last), {"db.t": (SplitRef(1, "r1", at),)},
-                    ranges=(("db.t", f"id BETWEEN {lo} AND {hi}", at),), ranged=1)
+                    ranges=(("db.t", f"id BETWEEN {lo} AND {hi}", at, READ_AT.isoformat()),),
+                    ranged=1)
     if data.draw(st.booleans()):  # killed between the silver and the history MERGE
         merge_window(lake, silver_only, window)
     for _ in range(1 + data.draw(st.integers(0, 1))):  # a replay: killed before state had it
@@ -504,3 +506,9 @@ def test_a_range_reread_repairs_its_range_whatever_silver_held_there(engine, new
     current = history.where("_cdc_current").select("id", "v").orderBy("id")
     assert_df_equality(current, live.select("id", "v").orderBy("id"), ignore_nullable=True)
     assert history.where("_cdc_current <> (_cdc_valid_to IS NULL)").count() == 0
+    # The removes stand at the read's time, in silver and in history, replays or not (they
+    # took the time of each MERGE: a replay after a kill between the two differed).
+    ended = history.where(f"_cdc_valid_to = '{at}'").select("_cdc_valid_to_ts").collect()
+    flagged = silver.where(f"_cdc_deleted AND _cdc_offset = '{at}'").select("_cdc_ts") \
+        .collect() if soft else []
+    assert {r[0] for r in ended + flagged} <= {READ_AT.replace(tzinfo=None)}, ended + flagged

@@ -155,7 +155,8 @@ def test_a_chain_merges_together_waits_together_or_apart_when_a_window_starts_to
 
 def ranged(i: int, watermark: int | None, status: str = "done") -> SplitEntry:
     return SplitEntry("db.t", i, status=status, attempt=f"r{i}", predicate="id < 10",
-                      watermark=at(watermark) if watermark is not None else "")
+                      watermark=at(watermark) if watermark is not None else "",
+                      read_at="2026-11-26T05:00:00+00:00")
 
 
 @given(read=st.integers(100, 300), captured=st.integers(100, 400),
@@ -176,7 +177,8 @@ def test_a_range_reread_waits_then_joins_one_window_even_at_the_applied_offset(
         assert window is None
     else:
         after = Offset(1, read, 1).text  # just after W: over silver's rows at W itself
-        assert window.ranges == (("db.t", "id < 10", after),) and window.ranged == 3
+        assert window.ranges == (("db.t", "id < 10", after, "2026-11-26T05:00:00+00:00"),) \
+            and window.ranged == 3
         assert window.splits == {"db.t": (SplitRef(3, "r3", after),)} and not window.idle
         assert (window.after, window.upto) == (at(100), at(captured))
 

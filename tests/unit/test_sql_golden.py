@@ -89,7 +89,8 @@ SCENARIOS = {
         Window("000002:000000000100:000000", "000003:000000000200:000000",
                {"shop.orders": (SplitRef(5, "r1", "000002:000000000300:000000"),)},
                ranges=(("shop.orders", "id BETWEEN 10 AND 20 OR id IN (7, -3)",
-                        "000002:000000000300:000000"),), ranged=5)),
+                        "000002:000000000300:000000", "2026-11-26T05:00:00.250000+00:00"),),
+               ranged=5)),
 }
 RENAME = (("ddl", "000002:000000000150:000000", None,
            "ALTER TABLE orders RENAME COLUMN state TO status"),)

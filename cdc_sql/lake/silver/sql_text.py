@@ -1,6 +1,8 @@
 """The SQL text of each step, rendered from cdc_sql/sql/*.sql with identifiers quoted. Pure."""
 from __future__ import annotations
 
+import datetime as dt
+
 from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan
@@ -228,14 +230,24 @@ def range_removes_sql(lake: Lake, plan: SilverPlan, ranges, candidates: str
                  f"{table_ref(lake.history_path(plan.spec.name))} AS h LEFT ANTI JOIN "
                  f"({rows}) AS s ON {key_match(plan, 'h', 's')} WHERE h._cdc_current")
     branches, args = [], {}
-    for n, (source, predicate, watermark) in enumerate(ranges):
+    for n, (source, predicate, watermark, read_at) in enumerate(ranges):
         where, values = predicates.bound(predicate, "spark", f":range_{n}_{{}}".format)
         args.update({f"range_{n}_{i}": v for i, v in enumerate(values)})
         args.update({f"range_{n}_at": watermark, f"range_{n}_source": source})
+        if read_at:  # (not kept by state written before: the time of the merge)
+            args[f"range_{n}_read_at"] = _spark_timestamp(read_at)
         branches.append(render(
             "silver_range_removes", columns=", ".join(f"t.{c}" for c in columns),
             at=f"range_{n}_at", source=f"range_{n}_source", rows=rows, predicate=where,
+            read_at=f":range_{n}_read_at" if read_at else "current_timestamp()",
             candidates=quote(candidates), key_match=key_match(plan, "t", "c"),
             extra=f",\n  TRUE AS {quote(semantics.DELETED)}" if semantics.soft(plan.spec)
             else ""))
     return "\nUNION ALL\n".join(branches), args
+
+
+def _spark_timestamp(iso: str) -> str:
+    """A time in ISO 8601 as `CAST(... AS TIMESTAMP)` reads it in the engine's session time
+    zone, UTC (engine.SESSION_CONF)."""
+    return dt.datetime.fromisoformat(iso).astimezone(dt.timezone.utc) \
+        .strftime("%Y-%m-%d %H:%M:%S.%f")

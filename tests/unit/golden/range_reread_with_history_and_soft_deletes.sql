@@ -75,15 +75,17 @@ FROM `cdc_images_orders`
 --   :range_0_3 = -3
 --   :range_0_at = '000002:000000000300:000000'
 --   :range_0_source = 'shop.orders'
+--   :range_0_read_at = '2026-11-26 05:00:00.250000'
 -- The rows a range re-read (cdc-sql resnapshot --where) did not return although they match its
 -- predicate here: the source deleted them. Each becomes a delete of its key at the read's
--- watermark (every binlog change after it wins over it). Taken from silver's live rows and
--- from history's current versions, so a replay after silver's MERGE still ends those versions.
+-- watermark (every binlog change after it wins over it), at the time of the read (a replay
+-- gives the same rows). Taken from silver's live rows and from history's current versions, so
+-- a replay after silver's MERGE still ends those versions.
 SELECT
   t.`id`, t.`status`, t.`amount`, t.`placed`, t.`_cdc_key_placed`,
   :range_0_at AS _cdc_offset,
   'd' AS _cdc_op,
-  CAST(current_timestamp() AS TIMESTAMP) AS _cdc_ts,
+  CAST(:range_0_read_at AS TIMESTAMP) AS _cdc_ts,
   :range_0_source AS _cdc_source_table,
   CAST(NULL AS STRING) AS _cdc_attempt,
   TRUE AS _cdc_remove,
