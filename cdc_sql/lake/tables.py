@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import decimal
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, ContextManager, Iterable, Protocol
 
@@ -243,6 +244,41 @@ def stats_configuration(schema: pa.Schema) -> dict | None:
     own = [n for n in names if n.startswith("_cdc_")]
     kept = own + [n for n in names if not n.startswith("_cdc_")][:max(0, STATS_COLUMNS - len(own))]
     return {"delta.dataSkippingStatsColumns": ",".join(quote(n) for n in kept)}
+
+
+def without_statistics(columns: tuple[str, ...], schema: pa.Schema,
+                       properties: dict) -> dict[str, str]:
+    """The columns among `columns` whose files Delta keeps no statistics of in a table of
+    `schema` and table `properties`, each with why: Delta liquid-clusters only by columns
+    with statistics, and its ALTER TABLE CLUSTER BY fails on another. Those kept: the
+    table's delta.dataSkippingStatsColumns (stats_configuration sets it: no decimal wider
+    than 18 digits, own columns first past 32), else its first
+    delta.dataSkippingNumIndexedCols (32) columns, of the types Delta keeps them of. Pure."""
+    listed = properties.get("delta.dataSkippingStatsColumns")
+    if listed is not None:
+        kept = set(_column_list(listed))
+    else:
+        first = int(properties.get("delta.dataSkippingNumIndexedCols", STATS_COLUMNS))
+        kept = set(schema.names[:first] if first >= 0 else schema.names)
+    found = {}
+    for column in columns:
+        data_type = schema.field(column).type
+        if pa.types.is_decimal(data_type) and data_type.precision > 18:
+            found[column] = f"a DECIMAL({data_type.precision},{data_type.scale}): wider than " \
+                            f"18 digits, cdc-sql writes it no statistics"
+        elif not _skipping_type(data_type):
+            found[column] = f"of type {data_type}, which Delta keeps no statistics of"
+        elif column not in kept:
+            found[column] = f"not among the {STATS_COLUMNS} columns with statistics"
+    return found
+
+
+def _column_list(text: str) -> list[str]:
+    """The names of a delta.dataSkippingStatsColumns value (comma-separated, backquoted where
+    a name needs it)."""
+    return [quoted.replace("``", "`") if quoted else plain.strip()
+            for quoted, plain in re.findall(r"`((?:[^`]|``)*)`|([^,`]+)", text)
+            if quoted or plain.strip()]
 
 
 def _skipping_type(data_type: pa.DataType) -> bool:

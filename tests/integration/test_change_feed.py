@@ -18,6 +18,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_sql.config.model import load_pipeline
+from cdc_sql.errors import ConfigError
 from cdc_sql.lake import tables
 from tests.engines import on_jvm
 from tests.integration.helpers import (assert_silver_equals, history_path, run, runs_killed_at,
@@ -269,18 +270,21 @@ def test_cluster_by_is_liquid_clustering_on_spark_with_delta(mariadb, database, 
     after its first MERGE, before the clustering, replayed), equal to the source after
     changes made while the snapshot was read; new columns clustered again in full at the next
     run, no columns CLUSTER BY NONE, every window merged by the engine; `maintain` then
-    OPTIMIZEs without ZORDER BY (which Delta refuses on a table with the clustering feature)."""
+    OPTIMIZEs without ZORDER BY (which Delta refuses on a table with the clustering feature).
+    A column Delta keeps no statistics of (a DECIMAL wider than 18 digits) is refused in one
+    line before the ALTER TABLE."""
     import threading
 
     from cdc_sql import faults
     from cdc_sql.ops.maintain import maintain
 
-    mariadb.execute("CREATE TABLE l (id INT PRIMARY KEY, n INT, m INT)",
-                    "INSERT INTO l SELECT seq, (seq * 7919) % 1000, seq % 7 FROM seq_1_to_2000",
+    mariadb.execute("CREATE TABLE l (id INT PRIMARY KEY, n INT, m INT, d DECIMAL(20,2))",
+                    "INSERT INTO l SELECT seq, (seq * 7919) % 1000, seq % 7, seq * 1.25 "
+                    "FROM seq_1_to_2000",
                     db=database)
     pipeline = make_pipeline(LIQUID_TABLE.format(db=database), chunk_size=500)
     paths = [silver_path(pipeline, "l"), history_path(pipeline, "l")]
-    select = f"SELECT id, n, m FROM {database}.l"
+    select = f"SELECT id, n, m, d FROM {database}.l"
 
     def clustering(path):
         return engine.spark.sql(f"DESCRIBE DETAIL {tables.table_ref(path)}").first()[
@@ -294,7 +298,7 @@ def test_cluster_by_is_liquid_clustering_on_spark_with_delta(mariadb, database, 
         with mariadb.connect(database) as conn, conn.cursor() as cur:
             for i in range(1, 201):
                 cur.execute("UPDATE l SET n = n + 1, m = %s WHERE id = %s", (i, i * 9))
-                cur.execute("INSERT INTO l VALUES (%s, %s, 0)", (5000 + i, i))
+                cur.execute("INSERT INTO l (id, n, m) VALUES (%s, %s, 0)", (5000 + i, i))
                 cur.execute("DELETE FROM l WHERE id = %s", (i * 9 + 1,))
 
     def crash(name):
@@ -334,6 +338,11 @@ def test_cluster_by_is_liquid_clustering_on_spark_with_delta(mariadb, database, 
     maintain(engine, pipeline, retention_hours=0)
     assert DeltaTable(paths[0]).history(1)[0]["operation"] == "VACUUM END"
     assert_silver_equals(engine, pipeline, "l", mariadb, select)
+    with pytest.raises(ConfigError, match=r"table `l`, cluster_by\[0\] `d`: a DECIMAL\(20,2\): "
+                       r"wider than 18 digits.*Delta liquid-clusters only by columns with "
+                       r"statistics: cluster by others"):
+        run_with("cluster_by: [d]")
+    assert [clustering(path) for path in paths] == [[], []]
 
 
 def _ranges(path: str, column: str):

@@ -229,3 +229,36 @@ def test_liquid_clustering_is_the_engines_sql_whoever_writes_the_table():
                     "ALTER TABLE delta.`/lake/silver/t` CLUSTER BY NONE",
                     "OPTIMIZE delta.`/lake/silver/t` FULL", "OPTIMIZE delta.`/lake/silver/t`"]
     assert ops.clustering("/nowhere/t") == [] and len(said) == 4  # not there: delta-rs's
+
+
+def test_liquid_clustering_only_by_columns_with_statistics():
+    """Delta liquid-clusters only by columns it keeps file statistics of: a decimal wider
+    than 18 digits (cdc-sql writes it none), a boolean or binary column, or one past the
+    columns with statistics is named with why, before the ALTER TABLE fails."""
+    import pyarrow as pa
+
+    from cdc_sql.lake.tables import stats_configuration, without_statistics
+
+    schema = pa.schema([("id", pa.int64()), ("amount", pa.decimal128(20, 2)),
+                        ("flag", pa.bool_()), ("odd col", pa.string()), ("raw", pa.binary()),
+                        *((f"c{i}", pa.int32()) for i in range(40)),
+                        ("_cdc_offset", pa.string())])
+    properties = stats_configuration(schema)
+    found = without_statistics(("id", "amount", "flag", "odd col", "raw", "c20", "c39",
+                                "_cdc_offset"), schema, properties)
+    assert set(found) == {"amount", "flag", "raw", "c39"}, found
+    assert "DECIMAL(20,2)" in found["amount"] and "bool" in found["flag"]
+    assert "not among the 32 columns" in found["c39"]
+    narrow = pa.schema([("id", pa.int64()), ("n", pa.int32()), ("m", pa.int32())])
+    assert without_statistics(("n", "m"), narrow, {}) == {}  # Delta's first 32: every one
+    assert set(without_statistics(("n", "m"), narrow,
+                                  {"delta.dataSkippingNumIndexedCols": "2"})) == {"m"}
+
+
+@given(st.lists(st.text(min_size=1, max_size=8).filter(lambda t: t.strip() == t),
+                min_size=1, max_size=5, unique=True))
+def test_statistics_columns_read_back_as_written(names):
+    from cdc_sql.lake.tables import _column_list
+    from cdc_sql.sql import quote
+
+    assert _column_list(",".join(quote(n) for n in names)) == names

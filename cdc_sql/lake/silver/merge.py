@@ -10,6 +10,7 @@ import time
 
 from cdc_sql import cascades
 from cdc_sql.config import layout
+from cdc_sql.errors import ConfigError
 from cdc_sql.lake import first_version, small_merge, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.cascade_rows import cascade_rows
@@ -150,12 +151,27 @@ def cluster_liquid(lake: Lake, plan: SilverPlan, path: str, optimize: bool) -> N
     table that did not have it gets its later windows through the engine (route.liquid)."""
     change = layout.cluster_by_change(plan.spec, lake.clusters_liquid,
                                       lake.tables.clustering(path))
+    if change:
+        _check_statistics(lake, plan, path, change)
     if change is not None:
         lake.tables.alter_clustering(path, change)
         log.info("silver %s: %s liquid-clustered by %s", plan.spec.name, path,
                  ", ".join(change) or "nothing (CLUSTER BY NONE)")
     if change or (optimize and plan.spec.cluster_by):
         lake.tables.recluster(path, full=bool(change))
+
+
+def _check_statistics(lake: Lake, plan: SilverPlan, path: str, columns: tuple[str, ...]) -> None:
+    """Refuse, in one line naming the table, the key and the column, liquid clustering by a
+    column Delta keeps no statistics of there, before its ALTER TABLE (which would fail
+    with Delta's own message); silver stays as it was, readable."""
+    missing = tables.without_statistics(columns, lake.tables.schema(path),
+                                        lake.tables.properties(path))
+    for n, column in enumerate(plan.spec.cluster_by):
+        if column in missing:
+            raise ConfigError(f"table `{plan.spec.name}`, cluster_by[{n}] `{column}`: "
+                              f"{missing[column]} in {path}, and Delta liquid-clusters only "
+                              f"by columns with statistics: cluster by others")
 
 
 def cluster_if_mixed(lake: Lake, path: str, key: list[str]) -> bool:
