@@ -55,6 +55,9 @@ MERGE_PER_SILVER_BYTE = 9
 # (a 300 MB table in 15 MB of Parquet took 1.05 GB). Windows of rows this wide are merged by
 # rewriting silver's touched files a few rows at a time (lake/file_merge.py), on a local path.
 WIDE_ROW_BYTES = MEMORY_BUDGET // 8192
+# lake/file_merge.py holds narrow changes about twice over (their keys and row numbers joined
+# with each file's, the rows each file's changes replace): measured in docs/performance.md.
+FILES_PER_CHANGE_BYTE = 2
 # In an object store, past it, the engine writes silver's first version faster, on every core;
 # below it, a table costs delta-rs milliseconds where the engine takes a round trip or more
 # (docs/performance.md, "Measurements behind the code"). Local
@@ -118,13 +121,19 @@ def fits(changes_bytes: int, silver_bytes: int) -> bool:
 def merger(changes_bytes: int, changes_rows: int, silver_bytes: int,
            rewritable: bool) -> str | None:
     """Which MERGE of `changes_rows` changes of `changes_bytes` (in Arrow) stays within
-    MEMORY_BUDGET: "files" for rows of WIDE_ROW_BYTES or more when silver is `rewritable`
-    (held whole, plus a row group read and one written: lake/file_merge.py), else "delta-rs"
-    if it `fits`; None when neither does (the engine's SQL)."""
-    if rewritable and changes_rows and changes_bytes >= WIDE_ROW_BYTES * changes_rows:
-        wide = changes_bytes + 2 * parquet_files.ROW_GROUP_BYTES <= MEMORY_BUDGET
-        return "files" if wide else None
-    return "delta-rs" if fits(changes_bytes, silver_bytes) else None
+    MEMORY_BUDGET, when silver is `rewritable` by lake/file_merge.py (whose memory follows
+    the changes, not silver: held whole with what it finds of each file, plus a row group
+    read and one written): "files" for rows of WIDE_ROW_BYTES or more; else "delta-rs" if it
+    `fits` (faster on a small silver, whose files it holds); else "files" again (a silver
+    too large for delta-rs's MERGE); None when none does (the engine's SQL). Pure."""
+    wide = rewritable and changes_rows and changes_bytes >= WIDE_ROW_BYTES * changes_rows
+    if wide:
+        return "files" if changes_bytes + 2 * parquet_files.ROW_GROUP_BYTES <= MEMORY_BUDGET \
+            else None
+    if fits(changes_bytes, silver_bytes):
+        return "delta-rs"
+    bounded = FILES_PER_CHANGE_BYTE * changes_bytes + 2 * parquet_files.ROW_GROUP_BYTES
+    return "files" if rewritable and bounded <= MEMORY_BUDGET else None
 
 
 def last_change_per_key(changes: pa.Table, key: list[str]) -> pa.Table:

@@ -12,6 +12,7 @@ snapshot   1 first load vs a connectorx->delta-rs copy   2M, 10M rows           
 binlog     2 binlog to silver vs mariadb-binlog -vv      500k, 2M changes        sail
                                                          (7 and 40 columns)
 window     3 memory: one window of N changes             5M, 20M changes         sail
+spread     3 memory: N/8 updates over an N-row silver    4M rows                 sail
 bigtxn     3 memory: one transaction of N rows           2M, 10M rows            sail
 values     4 wide values (40 rows of 1-14 MB)            40 rows                 sail
 many       5 table count                                 10,000 tables           sail
@@ -43,6 +44,7 @@ SAIL, BOTH = ("sail",), ("sail", "local")
 STAGES = {"snapshot": (snapshot.run, [2_000_000, 10_000_000], SAIL),
           "binlog": (binlog.run, [500_000, 2_000_000], SAIL),
           "window": (memory.run_window, [5_000_000, 20_000_000], SAIL),
+          "spread": (memory.run_spread, [4_000_000], SAIL),
           "bigtxn": (memory.run_transaction, [2_000_000, 10_000_000], SAIL),
           "values": (memory.run_values, [40], SAIL),
           "many": (snapshot.run_many, [10_000], SAIL),

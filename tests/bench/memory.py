@@ -2,6 +2,8 @@
 
 `window`: a run merging one window of N changes (3 updates : 1 delete : 1 insert in
 transactions of 5,000, every key changed once, on a 7-column table of 0.8N rows).
+`spread`: updates of every eighth key of an N-row table, twice (silver's size, not the
+window's, is what grows).
 `bigtxn`: every row of an N-row table updated in one transaction: capture alone (its own
 child), then the whole run that captures and merges it.
 `values`: 40 rows of 1-14 MB (a LONGTEXT in ucs2, a LONGBLOB and a JSON document, each about
@@ -40,6 +42,33 @@ def run_window(db: MariaDB, changes: int) -> list:
                f"{summary['seconds_merge']:.1f} s", changes, 0),
         at_most(f"3 memory: peak RSS, a window of {size} changes", child.peak_mb, 1024, " MB"),
     ]
+
+
+def run_spread(db: MariaDB, rows: int) -> list:
+    """A window of rows/8 updates spread over every file of an N-row silver (every eighth
+    key, in transactions of 400,000 keys' range), twice: merged at a memory that follows the
+    window, not silver's size (delta-rs's MERGE holds the silver files it rewrites)."""
+    table = create_table(db, rows, "spread")
+    pipeline = write_pipeline(db, table, workdir())
+    run_cli(pipeline)
+    results, size = [], human(rows)
+    for n, change in enumerate(("a = a + 1", "b = CONCAT(b, 'y')")):
+        with db.connect("bench", autocommit=False) as conn, conn.cursor() as cur:
+            for low in range(1, rows + 1, 400_000):
+                cur.execute(f"UPDATE {table} SET {change} WHERE id BETWEEN %s AND %s "
+                            f"AND id %% 8 = {n}", (low, low + 399_999))
+                conn.commit()
+        summary, child = run_cli(pipeline)
+        by = merged_by(pipeline.parent / "lake" / "silver" / table)
+        changes = summary["captured_changes"]
+        results += [
+            Result(f"{human(changes)} updates spread over a {size}-row silver: the run, merged "
+                   f"by {by}", changes, child.seconds, child.peak_mb),
+            Result(f"  capture {summary['seconds_capture']:.1f} s, merge "
+                   f"{summary['seconds_merge']:.1f} s", changes, 0),
+            at_most(f"3 memory: peak RSS, {human(changes)} updates over a {size}-row silver",
+                    child.peak_mb, 1024, " MB")]
+    return results
 
 
 def run_transaction(db: MariaDB, rows: int) -> list:

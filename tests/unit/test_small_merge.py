@@ -141,7 +141,31 @@ def test_rows_of_megabytes_are_merged_by_rewriting_files_within_the_budget():
     room = small_merge.MEMORY_BUDGET - 2 * ROW_GROUP_BYTES
     assert small_merge.merger(room, 1, 10**12, rewritable=True) == "files"
     assert small_merge.merger(room + 1, 1, 0, rewritable=True) is None  # the engine's SQL
-    assert small_merge.merger(2**20, 10**4, small_merge.MEMORY_BUDGET, rewritable=True) is None
+
+
+@given(st.integers(0, 2**30), st.integers(1, 10**7), st.integers(0, 2**34), st.booleans())
+def test_a_silver_too_large_for_delta_rs_is_merged_by_rewriting_files(changes, rows, silver,
+                                                                      rewritable):
+    """delta-rs's MERGE holds the silver files it rewrites (MERGE_PER_SILVER_BYTE): past its
+    budget a window goes to lake/file_merge.py, whose memory follows the changes alone, where
+    silver is rewritable; the engine's SQL takes only what neither bounds."""
+    from cdc_sql.lake import small_merge
+    from cdc_sql.lake.parquet_files import ROW_GROUP_BYTES
+
+    way = small_merge.merger(changes, rows, silver, rewritable)
+    wide = changes >= small_merge.WIDE_ROW_BYTES * rows
+    held = (changes if wide else small_merge.FILES_PER_CHANGE_BYTE * changes) + \
+        2 * ROW_GROUP_BYTES
+    if way == "delta-rs":
+        assert small_merge.fits(changes, silver) and not (wide and rewritable)
+    elif way == "files":
+        assert rewritable and held <= small_merge.MEMORY_BUDGET
+    else:
+        assert not small_merge.fits(changes, silver) or (wide and rewritable)
+        assert not rewritable or held > small_merge.MEMORY_BUDGET
+    if rewritable and not wide and not small_merge.fits(changes, silver) and \
+            held <= small_merge.MEMORY_BUDGET:
+        assert way == "files"
 
 
 def test_files_keeping_a_change_data_feed_are_not_rewritten_by_file_merge(tmp_path):
