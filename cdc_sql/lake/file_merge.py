@@ -38,43 +38,107 @@ _SOURCE, _TARGET = "__cdc_source_row", "__cdc_target_row"
 def merge(tables, path: str, changes: pa.Table, key: list[str]) -> int:
     """MERGE the last change per key (`changes`: silver's columns and `_cdc_remove`) into
     the local Delta table at `path`; the files rewritten (0: nothing changed, no commit)."""
-    schema = tables.schema(path)
-    source = pa.table({**{k: changes[k] for k in key},
-                       _SOURCE: _indexes(changes.num_rows)})
-    matched = []  # source rows whose key silver holds
-    rewritten = []  # (file, its rows' later changes: row in the file, source row)
-    for name, low, high in tables.data_files(path, key[0]):
-        held = _held(source[key[0]], low, high)
-        near = source if held is None else source.filter(held)
-        if not near.num_rows:
-            continue
-        columns = [*key, "_cdc_offset"]  # in silver's types (delta-rs writes string_view)
-        narrow = pq.read_table(os.path.join(path, name), columns=columns,
-                               schema=pa.schema([schema.field(c) for c in columns]))
-        found = _matches(narrow, near, key)
-        matched += found[_SOURCE].chunks
-        later = found.filter(_later(found, narrow, changes)).select([_TARGET, _SOURCE])
-        if later.num_rows:
-            rewritten.append((name, later))
-    known = pa.chunked_array(matched, pa.int64()).combine_chunks()
-    inserted = pc.invert(pc.or_(pc.is_in(source[_SOURCE], value_set=known),
-                                changes["_cdc_remove"]))
-    if not rewritten and not pc.any(inserted).as_py():
-        return 0
-    files = Files(path, schema)
-    for name, later in rewritten:
-        start = 0  # the file's rows are read in the order the pass above found them
-        for batch in _batches(os.path.join(path, name), schema):
-            for part in _merged(batch, _within(later, start, batch.num_rows), changes, schema):
-                files.write(part)
-            start += batch.num_rows
-            # Each row group takes new blocks of the allocator (mimalloc, pyarrow's default)
-            # unless the last one's are given back: the process grew by the file's size.
-            pa.default_memory_pool().release_unused()
-    for batch in _conformed(changes.filter(inserted), schema).to_batches():
-        files.write(batch)
-    tables.replace_files(path, [name for name, _ in rewritten], files.close(), schema)
-    return len(rewritten)
+    rewrite = Rewrite(tables, path, key)
+    rewrite.add(changes)
+    return rewrite.commit()
+
+
+class Rewrite:
+    """One MERGE into the local Delta table at `path`, carried out in parts (`add`: the last
+    changes per key of a part, and the files they may touch, none of which another part may
+    touch: keys split into ranges that no file straddles) and committed once (`commit`):
+    memory follows a part."""
+
+    def __init__(self, tables, path: str, key: list[str]):
+        self.tables, self.path, self.key = tables, path, key
+        self.schema = tables.schema(path)
+        self.removed: list[str] = []
+        self.added: list = []
+
+    def add(self, changes: pa.Table, files: list[tuple[str, object, object]] | None = None):
+        """Merge `changes` into `files` ((name, min, max of the first key column): those of
+        the table by default), writing new files; nothing is committed yet."""
+        key, schema = self.key, self.schema
+        source = pa.table({**{k: changes[k] for k in key}, _SOURCE: _indexes(changes.num_rows)})
+        matched = []  # source rows whose key silver holds
+        rewritten = []  # (file, its rows' later changes: row in the file, source row)
+        for name, low, high in self.tables.data_files(self.path, key[0]) if files is None \
+                else files:
+            held = _held(source[key[0]], low, high)
+            near = source if held is None else source.filter(held)
+            if not near.num_rows:
+                continue
+            columns = [*key, "_cdc_offset"]  # in silver's types (delta-rs writes string_view)
+            narrow = pq.read_table(os.path.join(self.path, name), columns=columns,
+                                   schema=pa.schema([schema.field(c) for c in columns]))
+            found = _matches(narrow, near, key)
+            matched += found[_SOURCE].chunks
+            later = found.filter(_later(found, narrow, changes)).select([_TARGET, _SOURCE])
+            if later.num_rows:
+                rewritten.append((name, later))
+        known = pa.chunked_array(matched, pa.int64()).combine_chunks()
+        inserted = pc.invert(pc.or_(pc.is_in(source[_SOURCE], value_set=known),
+                                    changes["_cdc_remove"]))
+        if not rewritten and not pc.any(inserted).as_py():
+            return
+        written = Files(self.path, schema)
+        for name, later in rewritten:
+            start = 0  # the file's rows are read in the order the pass above found them
+            for batch in _batches(os.path.join(self.path, name), schema):
+                for part in _merged(batch, _within(later, start, batch.num_rows), changes,
+                                    schema):
+                    written.write(part)
+                start += batch.num_rows
+                # Each row group takes new blocks of the allocator (mimalloc, pyarrow's
+                # default) unless the last one's are given back: the process grew by the
+                # file's size.
+                pa.default_memory_pool().release_unused()
+        for batch in _conformed(changes.filter(inserted), schema).to_batches():
+            written.write(batch)
+        self.removed += [name for name, _ in rewritten]
+        self.added += written.close()
+
+    def commit(self) -> int:
+        """The new files and the removal of those they replace, in one commit marked as
+        cdc-sql's MERGE; the files rewritten (0: nothing changed, no commit)."""
+        if not self.removed and not self.added:
+            return 0
+        self.tables.replace_files(self.path, self.removed, self.added, self.schema)
+        return len(self.removed)
+
+    def abandon(self) -> None:
+        """The files written so far removed (none is in the table's log)."""
+        for action in self.added:
+            os.remove(os.path.join(self.path, action.path))
+        self.added = []
+
+
+def key_ranges(low: int, high: int, parts: int,
+               spans: list[tuple[int, int]]) -> list[tuple[int | None, int | None]]:
+    """[start, stop) ranges of an integer key (None: unbounded) cutting [low, high], where a
+    window's keys lie, into about `parts` even ranges; a cut inside a file's span (its [min,
+    max]) moves up past it, and past those it overlaps, so that no file straddles two
+    ranges (each is rewritten by one part of a Rewrite). Pure."""
+    joined: list[list[int]] = []  # the spans, those that overlap joined
+    for start, stop in sorted(spans):
+        if joined and start <= joined[-1][1]:
+            joined[-1][1] = max(joined[-1][1], stop)
+        else:
+            joined.append([start, stop])
+    cuts = set()
+    for n in range(1, parts):
+        cut = low + (high - low + 1) * n // parts
+        cut = next((stop + 1 for start, stop in joined if start < cut <= stop), cut)
+        if low < cut <= high:
+            cuts.add(cut)
+    bounds = [None, *sorted(cuts), None]
+    return list(zip(bounds, bounds[1:]))
+
+
+def within_range(files: list[tuple[str, object, object]], start: int | None,
+                 stop: int | None) -> list[tuple[str, object, object]]:
+    """The files (name, min, max) whose key span meets [start, stop)."""
+    return [f for f in files if (stop is None or f[1] < stop) and (start is None or f[2] >= start)]
 
 
 def _held(values: pa.ChunkedArray, low, high) -> pa.ChunkedArray | None:

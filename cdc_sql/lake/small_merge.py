@@ -9,9 +9,11 @@ whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with de
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
 and one delta-rs MERGE with the conditions of silver_merge.sql (rows of WIDE_ROW_BYTES or more,
 whose batches delta-rs cannot hold, are MERGEd under the same conditions by rewriting the files
-they touch a row group at a time: lake/file_merge.py). A first window also creates
-silver here, with the snapshot rows placed at their splits' watermarks (snapshot_images.sql) in
-the creating commit, as the engine does (on a local path, the files lake/first_version.py
+they touch a row group at a time: lake/file_merge.py; so are windows into a silver too large
+for delta-rs's MERGE, and windows past the budget, these in key ranges committed at once). A
+first window also creates silver here, with the snapshot rows placed at their splits'
+watermarks (snapshot_images.sql) in the creating commit, as the engine does (on a local path,
+the files lake/first_version.py
 wrote during the snapshot when they agree with state, else written in parallel from bronze by
 lake/parquet_files.py, at any size; in an object store by delta-rs, up to SNAPSHOT_BYTES); its
 changes are then merged like any window's. Everything else about the batch is unchanged: the
@@ -58,6 +60,10 @@ WIDE_ROW_BYTES = MEMORY_BUDGET // 8192
 # lake/file_merge.py holds narrow changes about twice over (their keys and row numbers joined
 # with each file's, the rows each file's changes replace): measured in docs/performance.md.
 FILES_PER_CHANGE_BYTE = 2
+# A window past the budget is merged in key ranges of about this many Arrow bytes of changes:
+# a range's changes are held about three times over while merged (read, the last per key, the
+# join with each file), and the process holds capture's few hundred MB beside them.
+RANGE_BYTES = 64 * 2**20
 # In an object store, past it, the engine writes silver's first version faster, on every core;
 # below it, a table costs delta-rs milliseconds where the engine takes a round trip or more
 # (docs/performance.md, "Measurements behind the code"). Local
@@ -217,18 +223,21 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     silver_bytes = lake.tables.file_bytes(silver)
     within = ("_cdc_offset", window.after, window.upto)
     rewritable = _rewritable(lake, silver)
-    if merger(ARROW_PER_PARQUET_BYTE * lake.tables.file_bytes(changes_path, within),
-              lake.tables.file_rows(changes_path, within), silver_bytes, rewritable) is None:
+    estimate = ARROW_PER_PARQUET_BYTE * lake.tables.file_bytes(changes_path, within)
+    if merger(estimate, lake.tables.file_rows(changes_path, within), silver_bytes,
+              rewritable) is None:
+        if rewritable:
+            return _merge_in_ranges(lake, plan, window, silver, estimate)
         return "past the memory budget (by bronze's and silver's file sizes)"
     started = time.perf_counter()
-    extra = semantics.extra_columns(plan.spec)
-    changes = lake.tables.read_arrow(
-        changes_path, [c for c in plan.columns if c not in extra],
-        where=[("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto)])
+    changes = _read_changes(lake, plan, window)
     way, count = merger(changes.nbytes, changes.num_rows, silver_bytes, rewritable), \
         changes.num_rows
     if way is None:
-        return f"past the memory budget ({changes.num_rows} changes)"
+        nbytes, count = changes.nbytes, changes.num_rows
+        del changes
+        return _merge_in_ranges(lake, plan, window, silver, nbytes) if rewritable else \
+            f"past the memory budget ({count} changes)"
     if changes.num_rows == 0:
         return None
     read = time.perf_counter()
@@ -245,6 +254,72 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
               "rewriting files" if way == "files" else "delta-rs", read - started,
               picked - read, time.perf_counter() - picked)
     return None
+
+
+def _read_changes(lake: Lake, plan, window: Window, where: tuple = ()) -> pa.Table:
+    """The window's bronze changes of the table (`where`: more conditions, then read as a
+    stream: a range's rows are a part of bronze's files, which a whole read decodes several
+    at once), in silver's columns less those its change semantics add."""
+    source, extra = plan.sources[0], semantics.extra_columns(plan.spec)
+    path, columns = lake.changes_path(source.db, source.name), \
+        [c for c in plan.columns if c not in extra]
+    conditions = [("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto), *where]
+    if not where:
+        return lake.tables.read_arrow(path, columns, where=conditions)
+    return lake.tables.scan(path, columns, conditions).read_all()
+
+
+def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
+                     estimate: int) -> str | None:
+    """A window past the budget, merged by rewriting files in key ranges of its integer
+    first key column (file_merge.key_ranges: enough that each range's changes fit, no file
+    of silver across two): each range's changes read, the last per key picked and merged in
+    turn, every range's files in one commit (file_merge.Rewrite). Memory follows a range,
+    whatever the window's size; silver moves from one boundary to the next at once. Why
+    not, if not (nothing written stays: the engine's SQL takes the window)."""
+    source, key = plan.sources[0], list(plan.key)
+    files = lake.tables.data_files(silver, key[0])
+    bronze = lake.tables.key_ranges(lake.changes_path(source.db, source.name), key[0])
+    if not pa.types.is_integer(lake.tables.schema(silver).field(key[0]).type) or \
+            bronze is None or any(low is None or high is None for _, low, high in files):
+        return "past the memory budget, and its key ranges are not known"
+    room = MEMORY_BUDGET - 2 * parquet_files.ROW_GROUP_BYTES
+    ranges = file_merge.key_ranges(min((low for low, _, _ in bronze), default=0),
+                                   max((high for _, high, _ in bronze), default=0),
+                                   range_count(estimate),
+                                   [(low, high) for _, low, high in files])
+    started, count, rewrite = time.perf_counter(), 0, file_merge.Rewrite(lake.tables, silver,
+                                                                         key)
+    try:
+        for start, stop in ranges:
+            changes = _read_changes(lake, plan, window, (
+                *([(key[0], ">=", start)] if start is not None else []),
+                *([(key[0], "<", stop)] if stop is not None else [])))
+            if FILES_PER_CHANGE_BYTE * changes.nbytes > room:
+                rewrite.abandon()
+                return f"past the memory budget in a key range ({changes.num_rows} changes)"
+            if not changes.num_rows:
+                continue
+            count += changes.num_rows
+            last = last_change_per_key(semantics.arrow_changes(plan.spec, changes), key)
+            del changes
+            rewrite.add(last, file_merge.within_range(files, start, stop))
+            del last
+            pa.default_memory_pool().release_unused()  # each range's blocks given back
+        faults.point("silver.staged")  # every range's files written, none committed
+        rewrite.commit()
+    except BaseException:
+        rewrite.abandon()
+        raise
+    log.debug("silver %s: %d changes merged by rewriting files in %d key ranges in %.3fs",
+              plan.spec.name, count, len(ranges), time.perf_counter() - started)
+    return None
+
+
+def range_count(estimate: int) -> int:
+    """Into how many key ranges a window of about `estimate` Arrow bytes of changes is cut:
+    RANGE_BYTES each if keys were even (they need not be, and a cut moves past a file)."""
+    return max(1, -(-estimate // RANGE_BYTES))
 
 
 def _rewritable(lake: Lake, silver: str) -> bool:

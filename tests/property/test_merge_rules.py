@@ -376,12 +376,19 @@ def test_a_resnapshot_replaces_any_silver_with_the_model(engine, new_lake, data,
 
 
 def in_process_merges(monkeypatch, way: str) -> list:
-    """Sends in-process MERGEs `way` ("delta-rs", or "files": lake/file_merge.py, taken for
-    rows of any width here); the list returned gets an entry per MERGE as it is carried out,
-    a false one for a MERGE the other way."""
+    """Sends in-process MERGEs `way` ("delta-rs"; "files": lake/file_merge.py, taken for
+    rows of any width here; "ranges": every window past the memory budget, merged by
+    rewriting files in five key ranges); the list returned gets an entry per MERGE as it is
+    carried out, a false one for a MERGE another way."""
     from cdc_sql.lake import delta_rs_tables, file_merge, small_merge
 
     merges = []
+    if way == "ranges":
+        monkeypatch.setattr(small_merge, "merger", lambda *_: None)
+        monkeypatch.setattr(small_merge, "range_count", lambda *_: 5)
+        real_add = file_merge.Rewrite.add
+        monkeypatch.setattr(file_merge.Rewrite, "add",
+                            lambda self, *args: merges.append(True) or real_add(self, *args))
     if way == "files":
         monkeypatch.setattr(small_merge, "WIDE_ROW_BYTES", 0)
         real_files = file_merge.merge
@@ -394,7 +401,7 @@ def in_process_merges(monkeypatch, way: str) -> list:
     return merges
 
 
-@pytest.mark.parametrize("way", ["delta-rs", "files"])
+@pytest.mark.parametrize("way", ["delta-rs", "files", "ranges"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), history=histories())
 def test_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lake, monkeypatch, way,

@@ -3,10 +3,13 @@ group at a time, in one commit of cdc-sql's own (its equality with the engine's 
 tests/property/test_merge_rules.py)."""
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+from hypothesis import given, strategies as st
 
 from cdc_sql.lake import file_merge, parquet_files
 from cdc_sql.lake.delta_rs_tables import DeltaRsTables
@@ -80,3 +83,46 @@ def test_files_delta_rs_wrote_are_read_in_silvers_types(tmp_path):
     window = changes([(1, "n1", "d", False), (3, "", "d", True), (4, "n4", "d", False)])
     assert file_merge.merge(DeltaRsTables(), path, window, ["id"]) == 1
     assert rows_of(path) == {1: ("n1", "d"), 2: ("x", "c"), 4: ("n4", "d")}
+
+
+def test_key_ranges_move_their_cuts_past_every_file_span():
+    assert file_merge.key_ranges(0, 299, 3, [(0, 99), (100, 199), (200, 299)]) == \
+        [(None, 100), (100, 200), (200, None)]
+    assert file_merge.key_ranges(0, 299, 2, [(0, 160), (161, 299)]) == [(None, 161), (161, None)]
+    assert file_merge.key_ranges(0, 299, 4, [(0, 100), (50, 280)]) == [(None, 281), (281, None)]
+    assert file_merge.key_ranges(5, 5, 8, []) == [(None, None)]  # one key: one range
+
+
+@given(st.integers(-1000, 1000), st.integers(0, 2000), st.integers(1, 12),
+       st.lists(st.tuples(st.integers(-1500, 1500), st.integers(0, 400)), max_size=12))
+def test_key_ranges_cover_every_key_and_split_no_file(low, width, parts, spans):
+    spans = [(start, start + length) for start, length in spans]
+    ranges = file_merge.key_ranges(low, low + width, parts, spans)
+    assert ranges[0][0] is None and ranges[-1][1] is None  # every key falls in one
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, in order
+    assert len(ranges) <= parts
+    for start, stop in spans:
+        assert len(file_merge.within_range([("f", start, stop)], *next(
+            r for r in ranges if r[1] is None or start < r[1]))) == 1
+        assert sum(len(file_merge.within_range([("f", start, stop)], *r)) for r in ranges) == 1
+
+
+def test_a_merge_in_parts_is_one_commit_and_an_abandoned_one_leaves_no_file(tmp_path):
+    path = str(tmp_path / "silver")
+    silver(path, [[(i, "a", "b") for i in range(0, 10)], [(i, "a", "b") for i in range(10, 20)]])
+    tables, version = DeltaRsTables(), DeltaTable(path).version()
+    files = tables.data_files(path, "id")
+    on_disk = set(os.listdir(path))
+    rewrite = file_merge.Rewrite(tables, path, ["id"])
+    rewrite.add(changes([(3, "new", "c", False)]), file_merge.within_range(files, None, 10))
+    rewrite.add(changes([(15, "", "c", True), (25, "ins", "c", False)]),
+                file_merge.within_range(files, 10, None))
+    rewrite.abandon()  # killed before its commit: nothing stays, nothing changed
+    assert set(os.listdir(path)) == on_disk and DeltaTable(path).version() == version
+    rewrite = file_merge.Rewrite(tables, path, ["id"])
+    rewrite.add(changes([(3, "new", "c", False)]), file_merge.within_range(files, None, 10))
+    rewrite.add(changes([(15, "", "c", True), (25, "ins", "c", False)]),
+                file_merge.within_range(files, 10, None))
+    assert rewrite.commit() == 2 and DeltaTable(path).version() == version + 1
+    want = {i: ("a", "b") for i in range(20) if i != 15} | {3: ("new", "c"), 25: ("ins", "c")}
+    assert rows_of(path) == want
