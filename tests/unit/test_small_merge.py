@@ -214,8 +214,8 @@ def test_a_window_no_bronze_file_holds_merges_nothing_whatever_silvers_size():
         def file_rows(self, path, within=None):
             return self.window_bytes // 10
 
-        def properties(self, path):
-            return {}
+        def properties(self, path):  # a change data feed: not rewritten by file_merge.py
+            return {"delta.enableChangeDataFeed": "true"}
 
         def read_arrow(self, *args, **kwargs):
             raise AssertionError("a window of no file read")
