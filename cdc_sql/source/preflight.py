@@ -98,10 +98,10 @@ def read_foreign_keys(cur, tables: list[SourceTable]) -> list[ForeignKey]:
     collations = column_collations(cur, sorted({(db, child) for db, child, *_ in keys}))
     columns: dict[tuple, list] = {}
     for db, child, name, column, parent_db, parent, referenced in keys:
-        if (db, child, column) in collations:
+        if (db, child, column.lower()) in collations:
             found = columns.setdefault((db, child, name, parent_db, parent), [])
             found.append((column, referenced,
-                          str(collations[db, child, column] or "").endswith("_ci")))
+                          str(collations[db, child, column.lower()] or "").endswith("_ci")))
     rules = {}
     for db, child in sorted({(db, child) for db, child, *_ in columns}):
         cur.execute(f"SHOW CREATE TABLE {mysql_quote(db)}.{mysql_quote(child)}")
@@ -116,14 +116,16 @@ def read_foreign_keys(cur, tables: list[SourceTable]) -> list[ForeignKey]:
 
 
 def column_collations(cur, tables: list[tuple[str, str]]) -> dict[tuple, str | None]:
-    """(db, table, column) -> its collation, of tables with foreign keys only: one query per
-    table naming it (a join of KEY_COLUMN_USAGE with information_schema.COLUMNS opened every
-    table of every database on the server, 12-15 ms of every run on an almost empty one)."""
+    """(db, table, column in lower case) -> its collation, of tables with foreign keys only:
+    one query per table naming it (a join of KEY_COLUMN_USAGE with information_schema.COLUMNS
+    opened every table of every database on the server, 12-15 ms of every run on an almost
+    empty one). In lower case: column names compare in any case, as the join compared them."""
     found = {}
     for db, table in tables:
         cur.execute("SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
                     "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, table))
-        found.update({(db, table, column): collation for column, collation in cur.fetchall()})
+        found.update({(db, table, column.lower()): collation
+                      for column, collation in cur.fetchall()})
     return found
 
 

@@ -104,7 +104,7 @@ def test_cascading_foreign_keys_are_read_with_their_columns_rules_and_collations
         "CREATE TABLE p (region VARCHAR(8) COLLATE utf8mb4_bin, code VARCHAR(8) "
         "COLLATE utf8mb4_general_ci, PRIMARY KEY (region, code))",
         "CREATE TABLE c (id INT PRIMARY KEY, code VARCHAR(8) COLLATE utf8mb4_general_ci, "
-        "region VARCHAR(8) COLLATE utf8mb4_bin, CONSTRAINT fk_c FOREIGN KEY (region, code) "
+        "region VARCHAR(8) COLLATE utf8mb4_bin, CONSTRAINT fk_c FOREIGN KEY (region, Code) "
         "REFERENCES p (region, code) ON DELETE CASCADE)",
         "CREATE TABLE r (id INT PRIMARY KEY, region VARCHAR(8) COLLATE utf8mb4_bin, code "
         "VARCHAR(8) COLLATE utf8mb4_general_ci, CONSTRAINT fk_r FOREIGN KEY (region, code) "
