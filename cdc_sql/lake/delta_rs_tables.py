@@ -1,6 +1,7 @@
 """The lake's table operations with delta-rs, in this process (lake/tables.py says when)."""
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterable
@@ -291,8 +292,6 @@ class DeltaRsTables(DeltaRsWrites):
 
     def exists(self, path: str) -> bool:
         if Location.of(path).local:
-            import os
-
             return os.path.isdir(os.path.join(str(path), "_delta_log"))
         from cdc_sql.lake import objects
 
@@ -355,12 +354,13 @@ class DeltaRsTables(DeltaRsWrites):
         with self._lock:
             kept_schema, kept = self._files_read.get(key, (schema, {}))
         kept = kept if kept_schema == schema else {}
+        root = str(Location.of(path))
         try:
-            files = {uri: kept[uri] if uri in kept else
-                     pq.ParquetFile(uri).read(columns=columns).cast(schema)
-                     for uri in table.file_uris()}
-        except (KeyError, ValueError, pa.ArrowException):  # a file without a column of them
-            return None
+            files = {name: kept[name] if name in kept else
+                     pq.ParquetFile(os.path.join(root, name)).read(columns=columns).cast(schema)
+                     for name in _add_actions(table).column("path").to_pylist()}
+        except (KeyError, ValueError, OSError, pa.ArrowException):  # a file without a column
+            return None  # of them, or one not where the log says: read as ever
         with self._lock:
             self._files_read[key] = (schema, files)  # the files of this version only
         return pa.concat_tables(files.values()) if files else schema.empty_table()
