@@ -15,6 +15,7 @@ pyspark's classic session are optional or heavy), and `udfs` only once a session
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -279,11 +280,12 @@ def start(mode: str = "sail", url: str = "", conf: dict | None = None) -> Engine
         raise CdcError(f"engine.conf sets the JVM Spark cdc-sql starts itself (engine mode "
                        f"local); a `{mode}` engine takes its settings where it is started: "
                        f"remove engine.conf or use engine mode local")
-    try:
-        import pyspark  # noqa: F401 - not a dependency: a Databricks job has its runtime's
-    except ImportError:
+    # Looked up, not imported: pyspark's import takes a tenth of a second, and a run of plain
+    # tables seldom starts the engine (run/engine_policy.py). Not a dependency: a Databricks
+    # job has its runtime's.
+    if importlib.util.find_spec("pyspark") is None:
         raise CdcError(f"engine mode `{mode}` needs pyspark: pip install 'cdc-sql[sail]' (the "
-                       f"embedded engine) or 'cdc-sql[spark]' (a Spark of your own)") from None
+                       f"embedded engine) or 'cdc-sql[spark]' (a Spark of your own)")
     if mode == "sail":
         return _start_sail()
     if mode == "remote":

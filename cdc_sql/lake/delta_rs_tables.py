@@ -1,6 +1,7 @@
 """The lake's table operations with delta-rs, in this process (lake/tables.py says when)."""
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterable
@@ -261,6 +262,8 @@ class DeltaRsTables(DeltaRsWrites):
         self._open_tables: dict[str, list] = {}  # path -> [its lock, its DeltaTable or None]
         self._lock = threading.Lock()
         self._local = threading.local()  # .refreshed: the paths `pinned` brought up to date
+        # (path, columns) -> (schema, {data file: its rows}): `read_arrow(each_file_once=True)`
+        self._files_read: dict[tuple, tuple[pa.Schema, dict[str, pa.Table]]] = {}
 
     @contextmanager
     def pinned(self):
@@ -295,8 +298,6 @@ class DeltaRsTables(DeltaRsWrites):
 
     def exists(self, path: str) -> bool:
         if Location.of(path).local:
-            import os
-
             return os.path.isdir(os.path.join(str(path), "_delta_log"))
         from cdc_sql.lake import objects
 
@@ -326,11 +327,49 @@ class DeltaRsTables(DeltaRsWrites):
             return pa.schema(table.schema().to_arrow())
 
     def read_arrow(self, path: str, columns: list[str] | None = None,
-                   where: list[tuple[str, str, object]] | None = None) -> pa.Table:
+                   where: list[tuple[str, str, object]] | None = None,
+                   each_file_once: bool = False) -> pa.Table:
         """The table's rows (`where`: (column, operator, value) conditions, files skipped by
-        their statistics)."""
+        their statistics). `each_file_once`: of a small table read whole several times in a
+        process (state), each data file is read once and its rows kept (`_once`)."""
         with self._table(path) as table:
+            if each_file_once and not where:
+                rows = self._once(path, table, columns)
+                if rows is not None:
+                    return rows
             return table.to_pyarrow_table(columns=columns, filters=where or None)
+
+    def _once(self, path: str, table, columns: list[str] | None) -> pa.Table | None:
+        """The rows of a local table whose rows are its files' (no partition values, deletion
+        vectors or mapped column names), each file's rows read once in this process: Delta
+        never changes a data file, so a version's rows are those of the files its log lists,
+        and a file read earlier need not be read again (a run loads state five times or
+        more; each load read every file: docs/performance.md, "Fixed costs of a run").
+        None when the table is not such a one, or a file does not hold the columns."""
+        import pyarrow.parquet as pq
+
+        protocol, metadata = table.protocol(), table.metadata()
+        if not Location.of(path).local or metadata.partition_columns or \
+                metadata.configuration.get("delta.columnMapping.mode", "none") != "none" or \
+                set(protocol.reader_features or ()) - {"timestampNtz"} or \
+                protocol.min_reader_version == 2:
+            return None
+        whole = pa.schema(table.schema().to_arrow())
+        schema = pa.schema([whole.field(c) for c in columns]) if columns else whole
+        key = (str(path), tuple(columns or ()))
+        with self._lock:
+            kept_schema, kept = self._files_read.get(key, (schema, {}))
+        kept = kept if kept_schema == schema else {}
+        root = str(Location.of(path))
+        try:
+            files = {name: kept[name] if name in kept else
+                     pq.ParquetFile(os.path.join(root, name)).read(columns=columns).cast(schema)
+                     for name in _add_actions(table).column("path").to_pylist()}
+        except (KeyError, ValueError, OSError, pa.ArrowException):  # a file without a column
+            return None  # of them, or one not where the log says: read as ever
+        with self._lock:
+            self._files_read[key] = (schema, files)  # the files of this version only
+        return pa.concat_tables(files.values()) if files else schema.empty_table()
 
     def scan(self, path: str, columns: list[str],
              where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:

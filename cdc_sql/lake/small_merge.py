@@ -222,8 +222,11 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     changes_path = lake.changes_path(source.db, source.name)
     silver_bytes = lake.tables.file_bytes(silver)
     within = ("_cdc_offset", window.after, window.upto)
+    changes_bytes = lake.tables.file_bytes(changes_path, within)
+    if changes_bytes == 0:  # no file of bronze may hold one: nothing to MERGE, whatever
+        return None  # silver's size (a first window of a big table: no engine started for it)
     rewritable = _rewritable(lake, silver)
-    estimate = ARROW_PER_PARQUET_BYTE * lake.tables.file_bytes(changes_path, within)
+    estimate = ARROW_PER_PARQUET_BYTE * changes_bytes
     if merger(estimate, lake.tables.file_rows(changes_path, within), silver_bytes,
               rewritable) is None:
         if rewritable:

@@ -73,7 +73,9 @@ class SparkTables:
                     .option("mergeSchema", str(schema_mode == "merge").lower()).save(str(path))
 
     def read_arrow(self, path: str, columns: list[str] | None = None,
-                   where: list[tuple[str, str, object]] | None = None) -> pa.Table:
+                   where: list[tuple[str, str, object]] | None = None,
+                   each_file_once: bool = False) -> pa.Table:
+        """The rows, read by the engine (`each_file_once` is delta-rs's to keep)."""
         df = self.engine.read(path)
         if where:
             df = df.where(predicate(where, quote))

@@ -434,7 +434,8 @@ class State:
         if not self.lake.tables.exists(self.path):
             return Checkpoint()
         try:
-            rows = self.lake.tables.read_arrow(self.path, ["kind", "name", "value", "seq"])
+            rows = self.lake.tables.read_arrow(self.path, ["kind", "name", "value", "seq"],
+                                               each_file_once=True)
         except Exception as exc:  # noqa: BLE001 - delta-rs, Arrow, the engine: all say "cannot"
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             error = StateError(f"the checkpoint {self.path} cannot be read ({text[:200]}): if "

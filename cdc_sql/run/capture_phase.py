@@ -11,7 +11,7 @@ from cdc_sql.lake import bronze
 from cdc_sql.lake.silver.plan import SilverPlan, carries, cascade_parents, sources_by_table
 from cdc_sql.lake.state import Checkpoint
 from cdc_sql.run.context import Run
-from cdc_sql.run.engine_policy import start_early
+from cdc_sql.run.engine_policy import early_for_capture, start_early
 from cdc_sql.run.resume import gtid_at
 from cdc_sql.run.summary import Batch
 from cdc_sql.source.failover import ResumePlan
@@ -41,7 +41,7 @@ def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Positio
     start = saved.at if saved else planner.lowest_watermark(checkpoint.all_splits())
     if start is None:
         return Captured()
-    start_early(run.lake, engine_early)  # while the binlog is read
+    start_early(run.lake, early_for_capture(engine_early, start, stop_at))  # while it reads
     capture = Capture(run.lake, run.state, run.pipeline.source, view.source_tables,
                       view.mariadb, lambda db, table: any(
                           spec.matches(db, table) for spec in run.pipeline.tables),

@@ -3,7 +3,8 @@
 Starting the engine (Sail, a Spark session) takes seconds. A run starts it early, while the
 source is read (the snapshot's readers wait on the server; capture reads the binlog), when it
 will surely be used: tables registered in a catalog, or a table whose windows go through the
-engine's SQL whatever their size (lake/silver/route.py). Otherwise it starts on first use, if
+engine's SQL whatever their size (lake/silver/route.py), and only if there is something to read
+(`early_for_capture`). Otherwise it starts on first use, if
 ever: the lake's engine is lazy, and a run of plain tables on a local path seldom needs it (a
 window past the memory budget, a DDL)."""
 from __future__ import annotations
@@ -12,6 +13,7 @@ from cdc_sql.config.model import Pipeline
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver import route
 from cdc_sql.lake.silver.plan import SilverPlan
+from cdc_sql.source.offsets import Position
 
 
 def starts_early(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> bool:
@@ -23,3 +25,11 @@ def start_early(lake: Lake, early: bool) -> None:
     """Start the engine now if the policy says early."""
     if early:
         lake.engine.prepare()
+
+
+def early_for_capture(early: bool, start: Position, stop_at: Position) -> bool:
+    """Whether a capture pass starts the engine while it reads: if the policy says early,
+    and there is binlog to read. A pass that stands where it is to stop reads nothing, and a
+    scheduled run that finds nothing new may need no engine at all (its start took 0.5 s of
+    CPU and the exit waited for it); a window left from an earlier run starts it on first use."""
+    return early and start != stop_at

@@ -89,19 +89,19 @@ def read_foreign_keys(cur, tables: list[SourceTable]) -> list[ForeignKey]:
     if not captured:
         return []
     databases = sorted({db for db, _ in captured})
-    cur.execute("SELECT k.TABLE_SCHEMA, k.TABLE_NAME, k.CONSTRAINT_NAME, k.COLUMN_NAME, "
-                "k.REFERENCED_TABLE_SCHEMA, k.REFERENCED_TABLE_NAME, k.REFERENCED_COLUMN_NAME, "
-                "c.COLLATION_NAME FROM information_schema.KEY_COLUMN_USAGE AS k "
-                "JOIN information_schema.COLUMNS AS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA AND "
-                "c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME "
-                "WHERE k.REFERENCED_TABLE_NAME IS NOT NULL AND k.TABLE_SCHEMA IN "
-                f"({', '.join(['%s'] * len(databases))}) ORDER BY 1, 2, 3, k.ORDINAL_POSITION",
-                databases)
+    cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, COLUMN_NAME, "
+                "REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME "
+                "FROM information_schema.KEY_COLUMN_USAGE WHERE REFERENCED_TABLE_NAME IS NOT "
+                f"NULL AND TABLE_SCHEMA IN ({', '.join(['%s'] * len(databases))}) "
+                "ORDER BY 1, 2, 3, ORDINAL_POSITION", databases)
+    keys = [row for row in cur.fetchall() if (row[0], row[1]) in captured]
+    collations = column_collations(cur, sorted({(db, child) for db, child, *_ in keys}))
     columns: dict[tuple, list] = {}
-    for db, child, name, column, parent_db, parent, referenced, collation in cur.fetchall():
-        if (db, child) in captured:
+    for db, child, name, column, parent_db, parent, referenced in keys:
+        if (db, child, column.lower()) in collations:
             found = columns.setdefault((db, child, name, parent_db, parent), [])
-            found.append((column, referenced, str(collation or "").endswith("_ci")))
+            found.append((column, referenced,
+                          str(collations[db, child, column.lower()] or "").endswith("_ci")))
     rules = {}
     for db, child in sorted({(db, child) for db, child, *_ in columns}):
         cur.execute(f"SHOW CREATE TABLE {mysql_quote(db)}.{mysql_quote(child)}")
@@ -113,6 +113,20 @@ def read_foreign_keys(cur, tables: list[SourceTable]) -> list[ForeignKey]:
                               f"{parent_db}.{parent}", tuple(r for _, r, _ in found), on_update,
                               on_delete, tuple(f for _, _, f in found), (parent_db, parent)))
     return [fk for fk in out if fk.cascading]
+
+
+def column_collations(cur, tables: list[tuple[str, str]]) -> dict[tuple, str | None]:
+    """(db, table, column in lower case) -> its collation, of tables with foreign keys only:
+    one query per table naming it (a join of KEY_COLUMN_USAGE with information_schema.COLUMNS
+    opened every table of every database on the server, 12-15 ms of every run on an almost
+    empty one). In lower case: column names compare in any case, as the join compared them."""
+    found = {}
+    for db, table in tables:
+        cur.execute("SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, table))
+        found.update({(db, table, column.lower()): collation
+                      for column, collation in cur.fetchall()})
+    return found
 
 
 _CONSTRAINT = re.compile(r"CONSTRAINT `((?:[^`]|``)+)` FOREIGN KEY .*")

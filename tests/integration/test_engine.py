@@ -74,6 +74,33 @@ def test_a_run_that_needs_the_engine_starts_it_while_the_source_is_read(
     run(pipeline, lazy)
     assert booted == ["booted"]
     assert_silver_equals(engine, pipeline, "p", mariadb, f"SELECT * FROM {database}.t")
+    again: list = []
+    run(pipeline, lazy_engine(engine, again))  # nothing new to read: no engine started
+    assert again == []
+    mariadb.execute("UPDATE t SET v = 'b' WHERE id = 1", db=database)
+    run(pipeline, lazy_engine(engine, again))
+    assert again == ["booted"]
+    assert_silver_equals(engine, pipeline, "p", mariadb, f"SELECT * FROM {database}.t")
+
+
+def test_a_first_window_past_the_memory_budget_without_changes_starts_no_engine(
+        mariadb, database, engine, make_pipeline, monkeypatch):
+    """A big table's first run: silver is its first version, written during the snapshot, and
+    no change came while it was read: nothing to MERGE, no engine (its next window, past the
+    budget, goes to the engine)."""
+    from cdc_sql.lake import small_merge
+
+    monkeypatch.setattr(small_merge, "MEMORY_BUDGET", 1)  # every silver is past it
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO t VALUES (1, 'a'), (2, 'b')", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t")
+    booted: list = []
+    run(pipeline, lazy_engine(engine, booted))
+    assert booted == []
+    mariadb.execute("UPDATE t SET v = 'c' WHERE id = 1", db=database)
+    run(pipeline, lazy_engine(engine, booted))
+    assert booted == ["booted"]
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
 
 
 def test_sql_text_substitutes_no_variables(engine, monkeypatch):

@@ -94,3 +94,25 @@ def test_cascading_foreign_keys_silver_cannot_apply_are_named(mariadb, database,
                             f"  projection: SELECT id FROM child\n"
                             f"- name: parent\n  source: {database}.parent")
     assert "is a projection or a union of shards" in projected
+
+
+def test_cascading_foreign_keys_are_read_with_their_columns_rules_and_collations(
+        mariadb, database, make_pipeline):
+    """Columns in the key's order, ON rules from SHOW CREATE TABLE, and whether each child
+    column compares case-insensitively (its collation); a RESTRICT key is no cascade."""
+    mariadb.execute(
+        "CREATE TABLE p (region VARCHAR(8) COLLATE utf8mb4_bin, code VARCHAR(8) "
+        "COLLATE utf8mb4_general_ci, PRIMARY KEY (region, code))",
+        "CREATE TABLE c (id INT PRIMARY KEY, code VARCHAR(8) COLLATE utf8mb4_general_ci, "
+        "region VARCHAR(8) COLLATE utf8mb4_bin, CONSTRAINT fk_c FOREIGN KEY (region, Code) "
+        "REFERENCES p (region, code) ON DELETE CASCADE)",
+        "CREATE TABLE r (id INT PRIMARY KEY, region VARCHAR(8) COLLATE utf8mb4_bin, code "
+        "VARCHAR(8) COLLATE utf8mb4_general_ci, CONSTRAINT fk_r FOREIGN KEY (region, code) "
+        "REFERENCES p (region, code))", db=database)
+    pipeline = make_pipeline(f"- name: c\n  source: {database}.c\n"
+                             f"- name: r\n  source: {database}.r\n"
+                             f"- name: p\n  source: {database}.p\n")
+    (fk,) = inspect_source(pipeline).foreign_keys
+    assert (fk.name, fk.child, fk.columns, fk.parent, fk.referenced) == \
+        ("fk_c", f"{database}.c", ("region", "code"), f"{database}.p", ("region", "code"))
+    assert (fk.on_update, fk.on_delete, fk.folded) == ("RESTRICT", "CASCADE", (False, True))

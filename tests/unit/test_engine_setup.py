@@ -153,3 +153,17 @@ def test_a_catalog_on_sail_is_refused_before_anything_is_written():
     refuse_catalog(pipeline, engines.DeltaSparkEngine("local", None))
     refuse_catalog(SimpleNamespace(file="p.yaml", target=SimpleNamespace(catalog="")),
                    engines.SailEngine("sail", None))
+
+
+def test_an_engine_that_starts_on_first_use_imports_no_pyspark_before():
+    """A run of plain tables seldom starts the engine: making it costs no pyspark import (a
+    tenth of a second of every run); without pyspark it still says so at once."""
+    import sys
+
+    code = ("import sys\nfrom cdc_sql import engine\nengine.start('sail')\n"
+            "assert 'pyspark' not in sys.modules, 'pyspark imported'\n"
+            "sys.modules['pyspark'] = None\n"
+            "try:\n    engine.start('sail')\nexcept engine.CdcError as exc:\n"
+            "    assert 'needs pyspark' in str(exc)\nelse:\n    raise SystemExit('no error')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

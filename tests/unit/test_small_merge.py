@@ -219,3 +219,35 @@ def test_statistics_cover_the_offset_of_tables_past_32_columns():
     wide = pa.schema([("id", pa.int64()), ("d", pa.decimal128(30, 2)),
                       ("_cdc_offset", pa.string())])
     assert stats_configuration(wide) == {"delta.dataSkippingStatsColumns": "`_cdc_offset`,`id`"}
+
+
+def test_a_window_no_bronze_file_holds_merges_nothing_whatever_silvers_size():
+    """A big table's first window, its changes none (nothing written while it was read): the
+    engine is not started to MERGE nothing; a window with changes still goes by the budget."""
+    from types import SimpleNamespace
+
+    from cdc_sql.lake import small_merge
+
+    class Tables:
+        def __init__(self, window_bytes):
+            self.window_bytes = window_bytes
+
+        def file_bytes(self, path, within=None):
+            return 10 * small_merge.MEMORY_BUDGET if within is None else self.window_bytes
+
+        def file_rows(self, path, within=None):
+            return self.window_bytes // 10
+
+        def properties(self, path):  # a change data feed: not rewritten by file_merge.py
+            return {"delta.enableChangeDataFeed": "true"}
+
+        def read_arrow(self, *args, **kwargs):
+            raise AssertionError("a window of no file read")
+
+    def lake(window_bytes):
+        return SimpleNamespace(local=True, tables=Tables(window_bytes),
+                               changes_path=lambda db, name: f"{db}.{name}")
+
+    assert small_merge._merge_changes(lake(0), plan(), FIRST, "silver") is None
+    assert small_merge._merge_changes(lake(1000), plan(), FIRST, "silver") == \
+        "past the memory budget (by bronze's and silver's file sizes)"

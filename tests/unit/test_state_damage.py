@@ -112,3 +112,28 @@ def test_a_damaged_delta_log_or_file_is_a_state_error(tmp_path, capsys, how, fra
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"cdc-sql: the checkpoint {tmp_path}/lake/")
     assert "unexpected" not in err
+
+
+def test_state_files_are_read_once_and_loads_follow_every_commit(tmp_path, monkeypatch):
+    """A load reads only the data files it has not read before (Delta never changes one), and
+    still sees every commit, another process's too, and a rewrite (compact) of the log."""
+    import pyarrow.parquet as pq
+
+    opened = []
+    real = pq.ParquetFile
+    monkeypatch.setattr(pq, "ParquetFile", lambda path, *a, **k: opened.append(path) or
+                        real(path, *a, **k))
+    tmp_path = tmp_path / "a lake"  # its files' URIs are escaped: read by their log paths
+    state = local_state(tmp_path)
+    state.write(CaptureEntry("binlog.000001:4"))
+    assert state.load().capture.position == "binlog.000001:4"
+    first = len(opened)
+    assert first > 0  # read here, not by delta-rs
+    assert state.load().capture.position == "binlog.000001:4" and len(opened) == first
+    local_state(tmp_path).write(CaptureEntry("binlog.000001:8"))  # another writer's commit
+    assert state.load().capture.position == "binlog.000001:8"
+    assert len(opened) == first + 1  # the new file only
+    state.compact()
+    checkpoint = state.load()
+    assert checkpoint.capture.position == "binlog.000001:8"
+    assert checkpoint.entries == local_state(tmp_path).load().entries  # read afresh
