@@ -156,6 +156,56 @@ def test_a_kill_after_an_in_process_merge_replays_the_window(mariadb, database, 
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
 
 
+@pytest.mark.parametrize("point", ["silver.staged", "silver.merged"])
+def test_a_window_past_the_budget_is_merged_in_key_ranges_through_crashes(
+        mariadb, database, engine, make_pipeline, monkeypatch, point):
+    """A window past the memory budget (forced here) is merged by rewriting silver's files in
+    key ranges, committed at once: crashed with every range's files written but none
+    committed, nothing of them stays and silver is as it was; crashed after the commit, the
+    replay changes nothing. Either way the next run leaves silver equal to the source."""
+    import os
+
+    from deltalake import DeltaTable
+
+    from cdc_sql import faults
+    from cdc_sql.lake import file_merge, small_merge
+
+    class Crash(Exception):
+        pass
+
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+                    "INSERT INTO items SELECT seq, 'v', seq FROM seq_1_to_3000", db=database)
+    pipeline = make_pipeline(f"- name: items\n  source: {database}.items", chunk_size=500)
+    run(pipeline, engine)
+    mariadb.execute("UPDATE items SET v = 'ranged' WHERE id % 3 = 0",
+                    "DELETE FROM items WHERE id % 11 = 0",
+                    "INSERT INTO items SELECT seq, 'new', 0 FROM seq_5000_to_5100", db=database)
+    monkeypatch.setattr(small_merge, "merger", lambda *_: None)  # every window past it
+    monkeypatch.setattr(small_merge, "range_count", lambda *_: 4)
+    parts = []
+    real_add = file_merge.Rewrite.add
+    monkeypatch.setattr(file_merge.Rewrite, "add",
+                        lambda self, *args: parts.append(1) or real_add(self, *args))
+    path = silver_path(pipeline, "items")
+    version, files = DeltaTable(path).version(), set(os.listdir(path))
+
+    def crash(name):
+        if name == point:
+            raise Crash(name)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(faults, "point", crash)
+        with pytest.raises(Crash):
+            run(pipeline, engine)
+    assert len(parts) > 1  # several ranges
+    if point == "silver.staged":  # written, not committed: nothing of it stays
+        assert DeltaTable(path).version() == version and set(os.listdir(path)) == files
+    else:
+        assert DeltaTable(path).version() == version + 1  # one commit for every range
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
+
+
 def test_a_kill_after_silver_is_created_in_process_then_equal(mariadb, database, engine,
                                                               make_pipeline):
     """A small table's first batch creates silver by delta-rs, all its snapshot rows in the
