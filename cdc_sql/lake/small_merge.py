@@ -310,10 +310,10 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
             del last
             pa.default_memory_pool().release_unused()  # each range's blocks given back
         faults.point("silver.staged")  # every range's files written, none committed
-        rewrite.commit()
     except BaseException:
         rewrite.abandon()
         raise
+    rewrite.commit()  # (never abandoned once tried: a commit that raised may have landed)
     log.debug("silver %s: %d changes merged by rewriting files in %d key ranges in %.3fs",
               plan.spec.name, count, len(ranges), time.perf_counter() - started)
     return None
