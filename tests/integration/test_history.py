@@ -22,8 +22,9 @@ from tests.integration.writer import RandomWriter
 pytestmark = pytest.mark.integration
 
 # With engine local (a JVM per killed run), history's kill test on chosen columns stops its
-# runs at history's own points; the silver and state points are killed on the JVM by the
-# cascades and crash tests (scripts/test.sh), every point on the default engine.
+# runs at history's own points (run by hand: docs/engines.md); the silver and state points
+# are killed on the JVM in CI by the cascades and crash tests, every point on the default
+# engine.
 HISTORY_POINTS = ("history.staged", "history.merged")
 
 AUDIT = [
@@ -137,7 +138,7 @@ def test_history_on_chosen_columns_through_kills(mariadb, database, engine, make
     writer.start()
     points = kill_points([p for p in faults.POINTS
                           if not p.startswith("resnapshot.") and p != "silver.first_moved"],
-                         HISTORY_POINTS)  # on the JVM (CI): history's MERGE, staged and done
+                         HISTORY_POINTS)  # on the JVM: history's MERGE, staged and done
     try:
         outcomes = runs_killed_at(pipeline, [*points, "history.merged@2"])
     finally:
