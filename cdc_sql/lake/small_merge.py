@@ -138,8 +138,14 @@ def merger(changes_bytes: int, changes_rows: int, silver_bytes: int,
             else None
     if fits(changes_bytes, silver_bytes):
         return "delta-rs"
-    bounded = FILES_PER_CHANGE_BYTE * changes_bytes + 2 * parquet_files.ROW_GROUP_BYTES
-    return "files" if rewritable and bounded <= MEMORY_BUDGET else None
+    return "files" if rewritable and files_bound(changes_bytes) <= MEMORY_BUDGET else None
+
+
+def files_bound(changes_bytes: int) -> int:
+    """The peak of a rewrite of files merging `changes_bytes` of changes (in Arrow) of narrow
+    rows: the changes and what it finds of each file, plus a row group read and one
+    written. Pure."""
+    return FILES_PER_CHANGE_BYTE * changes_bytes + 2 * parquet_files.ROW_GROUP_BYTES
 
 
 def last_change_per_key(changes: pa.Table, key: list[str]) -> pa.Table:
@@ -281,24 +287,23 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
     whatever the window's size; silver moves from one boundary to the next at once. Why
     not, if not (nothing written stays: the engine's SQL takes the window)."""
     source, key = plan.sources[0], list(plan.key)
+    rewrite = file_merge.Rewrite(lake.tables, silver, key)
     files = lake.tables.data_files(silver, key[0])
     bronze = lake.tables.key_ranges(lake.changes_path(source.db, source.name), key[0])
-    if not pa.types.is_integer(lake.tables.schema(silver).field(key[0]).type) or \
+    if not pa.types.is_integer(rewrite.schema.field(key[0]).type) or \
             bronze is None or any(low is None or high is None for _, low, high in files):
         return "past the memory budget, and its key ranges are not known"
-    room = MEMORY_BUDGET - 2 * parquet_files.ROW_GROUP_BYTES
     ranges = file_merge.key_ranges(min((low for low, _, _ in bronze), default=0),
                                    max((high for _, high, _ in bronze), default=0),
                                    range_count(estimate),
                                    [(low, high) for _, low, high in files])
-    started, count, rewrite = time.perf_counter(), 0, file_merge.Rewrite(lake.tables, silver,
-                                                                         key)
+    started, count = time.perf_counter(), 0
     try:
         for start, stop in ranges:
             changes = _read_changes(lake, plan, window, (
                 *([(key[0], ">=", start)] if start is not None else []),
                 *([(key[0], "<", stop)] if stop is not None else [])))
-            if FILES_PER_CHANGE_BYTE * changes.nbytes > room:
+            if files_bound(changes.nbytes) > MEMORY_BUDGET:
                 rewrite.abandon()
                 return f"past the memory budget in a key range ({changes.num_rows} changes)"
             if not changes.num_rows:

@@ -257,10 +257,11 @@ def without_statistics(columns: tuple[str, ...], schema: pa.Schema,
     delta.dataSkippingNumIndexedCols (32) columns, of the types Delta keeps them of. Pure."""
     listed = properties.get("delta.dataSkippingStatsColumns")
     if listed is not None:
-        kept = set(_column_list(listed))
+        kept, which = set(_column_list(listed)), "the columns delta.dataSkippingStatsColumns lists"
     else:
         first = int(properties.get("delta.dataSkippingNumIndexedCols", STATS_COLUMNS))
         kept = set(schema.names[:first] if first >= 0 else schema.names)
+        which = f"the first {first} columns, which have statistics"
     found = {}
     for column in columns:
         data_type = schema.field(column).type
@@ -270,7 +271,7 @@ def without_statistics(columns: tuple[str, ...], schema: pa.Schema,
         elif not _skipping_type(data_type):
             found[column] = f"of type {data_type}, which Delta keeps no statistics of"
         elif column not in kept:
-            found[column] = f"not among the {STATS_COLUMNS} columns with statistics"
+            found[column] = f"not among {which}"
     return found
 
 

@@ -33,14 +33,18 @@ def run_window(db: MariaDB, changes: int) -> list:
     make_mixed_changes(db, table, changes)
     summary, child = run_cli(pipeline)
     assert summary["captured_changes"] == changes, summary
+    return merge_run(f"a window of {human(changes)} changes", pipeline, table, summary, child)
+
+
+def merge_run(what: str, pipeline: Path, table: str, summary: dict, child: Child) -> list:
+    """A run that merged `what`: its time and peak, by which MERGE, its phases, the bound."""
     by = merged_by(pipeline.parent / "lake" / "silver" / table)
-    size = human(changes)
+    changes = summary["captured_changes"]
     return [
-        Result(f"a window of {size} changes: the run, merged by {by}", changes, child.seconds,
-               child.peak_mb),
+        Result(f"{what}: the run, merged by {by}", changes, child.seconds, child.peak_mb),
         Result(f"  capture {summary['seconds_capture']:.1f} s, merge "
                f"{summary['seconds_merge']:.1f} s", changes, 0),
-        at_most(f"3 memory: peak RSS, a window of {size} changes", child.peak_mb, 1024, " MB"),
+        at_most(f"3 memory: peak RSS, {what}", child.peak_mb, 1024, " MB"),
     ]
 
 
@@ -59,15 +63,8 @@ def run_spread(db: MariaDB, rows: int) -> list:
                             f"AND id %% 8 = {n}", (low, low + 399_999))
                 conn.commit()
         summary, child = run_cli(pipeline)
-        by = merged_by(pipeline.parent / "lake" / "silver" / table)
-        changes = summary["captured_changes"]
-        results += [
-            Result(f"{human(changes)} updates spread over a {size}-row silver: the run, merged "
-                   f"by {by}", changes, child.seconds, child.peak_mb),
-            Result(f"  capture {summary['seconds_capture']:.1f} s, merge "
-                   f"{summary['seconds_merge']:.1f} s", changes, 0),
-            at_most(f"3 memory: peak RSS, {human(changes)} updates over a {size}-row silver",
-                    child.peak_mb, 1024, " MB")]
+        results += merge_run(f"{human(summary['captured_changes'])} updates spread over a "
+                             f"{size}-row silver", pipeline, table, summary, child)
     return results
 
 
