@@ -17,6 +17,11 @@ carried out in Arrow:
 3. the new files and the removal of the old ones are one commit, marked as cdc-sql's MERGE
    (tables.OWN_MERGE): silver moves from one transaction boundary to the next at once.
 
+A window past the memory budget is merged in parts (`Rewrite`), one per range of the first
+key column (`key_ranges`), all in the one commit; a file reaching across ranges is rewritten
+by each part that changes it only within that part's range, and its other rows are written
+once the parts are in.
+
 A window replayed after a crash finds no later offset and no missing key: nothing is written,
 no commit. Memory: the window's last changes (and, for each file they change, which of its
 rows), a row group read and one written; silver's size does not count.
@@ -45,23 +50,28 @@ def merge(tables, path: str, changes: pa.Table, key: list[str]) -> int:
 
 class Rewrite:
     """One MERGE into the local Delta table at `path`, carried out in parts (`add`: the last
-    changes per key of a part, and the files they may touch, none of which another part may
-    touch: keys split into ranges that no file straddles) and committed once (`commit`):
-    memory follows a part."""
+    changes per key of a part, all within a range of the first key column, and the files
+    they may touch) and committed once (`commit`): memory follows a part. A file reaching
+    past a part's range is rewritten by that part only within it; the rest of its rows are
+    written once every part is in (`finish`)."""
 
     def __init__(self, tables, path: str, key: list[str]):
         self.tables, self.path, self.key = tables, path, key
         self.schema = tables.schema(path)
-        self.removed: list[str] = []
+        self.removed: dict[str, None] = {}  # the files rewritten (in order, each once)
+        self.parted: dict[str, list[tuple]] = {}  # a file rewritten in parts: their ranges
         self.added: list = []
 
-    def add(self, changes: pa.Table, files: list[tuple[str, object, object]] | None = None):
+    def add(self, changes: pa.Table, files: list[tuple[str, object, object]] | None = None,
+            within: tuple = (None, None)):
         """Merge `changes` into `files` ((name, min, max of the first key column): those of
-        the table by default), writing new files; nothing is committed yet."""
+        the table by default), writing new files; nothing is committed yet. `within`: the
+        [start, stop) range of the first key column (None: unbounded) holding every key of
+        `changes`."""
         key, schema = self.key, self.schema
         source = pa.table({**{k: changes[k] for k in key}, _SOURCE: _indexes(changes.num_rows)})
         matched = []  # source rows whose key silver holds
-        rewritten = []  # (file, its rows' later changes: row in the file, source row)
+        rewritten = []  # (file, its rows' later changes: row in the file, source row, part?)
         for name, low, high in self.tables.data_files(self.path, key[0]) if files is None \
                 else files:
             held = _held(source[key[0]], low, high)
@@ -75,35 +85,52 @@ class Rewrite:
             matched += found[_SOURCE].chunks
             later = found.filter(_later(found, narrow, changes)).select([_TARGET, _SOURCE])
             if later.num_rows:
-                rewritten.append((name, later))
+                rewritten.append((name, later, reaches_past(low, high, *within)))
         known = pa.chunked_array(matched, pa.int64()).combine_chunks()
         inserted = pc.invert(pc.or_(pc.is_in(source[_SOURCE], value_set=known),
                                     changes["_cdc_remove"]))
         if not rewritten and not pc.any(inserted).as_py():
             return
         written = Files(self.path, schema)
-        for name, later in rewritten:
+        for name, later, part in rewritten:
             start = 0  # the file's rows are read in the order the pass above found them
             for batch in _batches(os.path.join(self.path, name), schema):
-                for part in _merged(batch, _within(later, start, batch.num_rows), changes,
-                                    schema):
-                    written.write(part)
+                inside = _in_ranges(batch[key[0]], [within]) if part else None
+                for rows in _merged(batch, _within(later, start, batch.num_rows), changes,
+                                    schema, inside):
+                    written.write(rows)
                 start += batch.num_rows
                 # Each row group takes new blocks of the allocator (mimalloc, pyarrow's
                 # default) unless the last one's are given back: the process grew by the
                 # file's size.
                 pa.default_memory_pool().release_unused()
+            self.removed[name] = None
+            if part:
+                self.parted.setdefault(name, []).append(within)
         for batch in _conformed(changes.filter(inserted), schema).to_batches():
             written.write(batch)
-        self.removed += [name for name, _ in rewritten]
+        self.added += written.close()
+
+    def finish(self) -> None:
+        """Each file rewritten in parts: its rows outside every part's range that rewrote
+        it, written as they are."""
+        written = Files(self.path, self.schema)
+        for name, ranges in self.parted.items():
+            for batch in _batches(os.path.join(self.path, name), self.schema):
+                rest = batch.filter(pc.invert(_in_ranges(batch[self.key[0]], ranges)))
+                if rest.num_rows:
+                    written.write(rest)
+                pa.default_memory_pool().release_unused()
+        self.parted = {}
         self.added += written.close()
 
     def commit(self) -> int:
         """The new files and the removal of those they replace, in one commit marked as
         cdc-sql's MERGE; the files rewritten (0: nothing changed, no commit)."""
+        self.finish()
         if not self.removed and not self.added:
             return 0
-        self.tables.replace_files(self.path, self.removed, self.added, self.schema)
+        self.tables.replace_files(self.path, list(self.removed), self.added, self.schema)
         return len(self.removed)
 
     def abandon(self) -> None:
@@ -113,25 +140,12 @@ class Rewrite:
         self.added = []
 
 
-def key_ranges(low: int, high: int, parts: int,
-               spans: list[tuple[int, int]]) -> list[tuple[int | None, int | None]]:
+def key_ranges(low: int, high: int, parts: int) -> list[tuple[int | None, int | None]]:
     """[start, stop) ranges of an integer key (None: unbounded) cutting [low, high], where a
-    window's keys lie, into about `parts` even ranges; a cut inside a file's span (its [min,
-    max]) moves up past it, and past those it overlaps, so that no file straddles two
-    ranges (each is rewritten by one part of a Rewrite). Pure."""
-    joined: list[list[int]] = []  # the spans, those that overlap joined
-    for start, stop in sorted(spans):
-        if joined and start <= joined[-1][1]:
-            joined[-1][1] = max(joined[-1][1], stop)
-        else:
-            joined.append([start, stop])
-    cuts = set()
-    for n in range(1, parts):
-        cut = low + (high - low + 1) * n // parts
-        cut = next((stop + 1 for start, stop in joined if start < cut <= stop), cut)
-        if low < cut <= high:
-            cuts.add(cut)
-    bounds = [None, *sorted(cuts), None]
+    window's keys lie, into about `parts` even ranges (a file reaching across a cut is
+    rewritten in parts: Rewrite). Pure."""
+    cuts = {low + (high - low + 1) * n // parts for n in range(1, parts)}
+    bounds = [None, *sorted(c for c in cuts if low < c <= high), None]
     return list(zip(bounds, bounds[1:]))
 
 
@@ -139,6 +153,26 @@ def within_range(files: list[tuple[str, object, object]], start: int | None,
                  stop: int | None) -> list[tuple[str, object, object]]:
     """The files (name, min, max) whose key span meets [start, stop)."""
     return [f for f in files if (stop is None or f[1] < stop) and (start is None or f[2] >= start)]
+
+
+def reaches_past(low, high, start: int | None, stop: int | None) -> bool:
+    """Whether a file whose key span is [low, high] (None: unknown) holds keys outside
+    [start, stop). Pure."""
+    return (start is not None and (low is None or low < start)) or \
+        (stop is not None and (high is None or high >= stop))
+
+
+def _in_ranges(values, ranges: list[tuple]) -> pa.Array:
+    """Which of `values` (an integer key column) lie in one of `ranges` ([start, stop))."""
+    found = pa.repeat(pa.scalar(False), len(values))
+    for start, stop in ranges:
+        inside = pa.repeat(pa.scalar(True), len(values))
+        if start is not None:
+            inside = pc.and_(inside, pc.greater_equal(values, start))
+        if stop is not None:
+            inside = pc.and_(inside, pc.less(values, stop))
+        found = pc.or_(found, inside)
+    return found
 
 
 def _held(values: pa.ChunkedArray, low, high) -> pa.ChunkedArray | None:
@@ -193,11 +227,14 @@ def _within(later: pa.Table, start: int, count: int) -> pa.Table:
     return part.set_column(0, _TARGET, pc.subtract(part[_TARGET], start))
 
 
-def _merged(batch: pa.RecordBatch, later: pa.Table, changes: pa.Table, schema: pa.Schema):
+def _merged(batch: pa.RecordBatch, later: pa.Table, changes: pa.Table, schema: pa.Schema,
+            inside: pa.Array | None = None):
     """A target batch as the MERGE leaves it, given its rows' later changes (`later`: row in
-    the batch, source row): its rows without one, then those changes that are no removal."""
+    the batch, source row): its rows without one (of those `inside`, if given), then those
+    changes that are no removal."""
     gone = pc.is_in(_indexes(batch.num_rows), value_set=later[_TARGET].combine_chunks())
-    kept = batch.filter(pc.invert(gone))
+    keep = pc.invert(gone)
+    kept = batch.filter(keep if inside is None else pc.and_(keep, inside))
     if kept.num_rows:
         yield kept
     replacing = later.filter(pc.invert(pc.take(changes["_cdc_remove"], later[_SOURCE])))

@@ -281,9 +281,9 @@ def _read_changes(lake: Lake, plan, window: Window, where: tuple = ()) -> pa.Tab
 def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
                      estimate: int) -> str | None:
     """A window past the budget, merged by rewriting files in key ranges of its integer
-    first key column (file_merge.key_ranges: enough that each range's changes fit, no file
-    of silver across two): each range's changes read, the last per key picked and merged in
-    turn, every range's files in one commit (file_merge.Rewrite). Memory follows a range,
+    first key column (file_merge.key_ranges: enough that each range's changes fit; a file
+    across two is rewritten in parts): each range's changes read, the last per key picked
+    and merged in turn, every range's files in one commit (file_merge.Rewrite). Memory follows a range,
     whatever the window's size; silver moves from one boundary to the next at once. Why
     not, if not (nothing written stays: the engine's SQL takes the window)."""
     source, key = plan.sources[0], list(plan.key)
@@ -295,8 +295,7 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
         return "past the memory budget, and its key ranges are not known"
     ranges = file_merge.key_ranges(min((low for low, _, _ in bronze), default=0),
                                    max((high for _, high, _ in bronze), default=0),
-                                   range_count(estimate),
-                                   [(low, high) for _, low, high in files])
+                                   range_count(estimate))
     started, count = time.perf_counter(), 0
     try:
         for start, stop in ranges:
@@ -311,9 +310,10 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
             count += changes.num_rows
             last = last_change_per_key(semantics.arrow_changes(plan.spec, changes), key)
             del changes
-            rewrite.add(last, file_merge.within_range(files, start, stop))
+            rewrite.add(last, file_merge.within_range(files, start, stop), (start, stop))
             del last
             pa.default_memory_pool().release_unused()  # each range's blocks given back
+        rewrite.finish()  # the rest of the files rewritten in parts
         faults.point("silver.staged")  # every range's files written, none committed
     except BaseException:
         rewrite.abandon()
@@ -326,7 +326,7 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
 
 def range_count(estimate: int) -> int:
     """Into how many key ranges a window of about `estimate` Arrow bytes of changes is cut:
-    RANGE_BYTES each if keys were even (they need not be, and a cut moves past a file)."""
+    RANGE_BYTES each if keys were even (they need not be)."""
     return max(1, -(-estimate // RANGE_BYTES))
 
 

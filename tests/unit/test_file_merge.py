@@ -85,26 +85,55 @@ def test_files_delta_rs_wrote_are_read_in_silvers_types(tmp_path):
     assert rows_of(path) == {1: ("n1", "d"), 2: ("x", "c"), 4: ("n4", "d")}
 
 
-def test_key_ranges_move_their_cuts_past_every_file_span():
-    assert file_merge.key_ranges(0, 299, 3, [(0, 99), (100, 199), (200, 299)]) == \
-        [(None, 100), (100, 200), (200, None)]
-    assert file_merge.key_ranges(0, 299, 2, [(0, 160), (161, 299)]) == [(None, 161), (161, None)]
-    assert file_merge.key_ranges(0, 299, 4, [(0, 100), (50, 280)]) == [(None, 281), (281, None)]
-    assert file_merge.key_ranges(5, 5, 8, []) == [(None, None)]  # one key: one range
+def test_key_ranges_cut_evenly():
+    assert file_merge.key_ranges(0, 299, 3) == [(None, 100), (100, 200), (200, None)]
+    assert file_merge.key_ranges(5, 5, 8) == [(None, None)]  # one key: one range
+    assert file_merge.reaches_past(0, 99, None, 100) is False
+    assert file_merge.reaches_past(0, 100, None, 100) and file_merge.reaches_past(5, 9, 6, None)
 
 
-@given(st.integers(-1000, 1000), st.integers(0, 2000), st.integers(1, 12),
-       st.lists(st.tuples(st.integers(-1500, 1500), st.integers(0, 400)), max_size=12))
-def test_key_ranges_cover_every_key_and_split_no_file(low, width, parts, spans):
-    spans = [(start, start + length) for start, length in spans]
-    ranges = file_merge.key_ranges(low, low + width, parts, spans)
+@given(st.integers(-1000, 1000), st.integers(0, 2000), st.integers(1, 12))
+def test_key_ranges_cover_every_key_once(low, width, parts):
+    ranges = file_merge.key_ranges(low, low + width, parts)
     assert ranges[0][0] is None and ranges[-1][1] is None  # every key falls in one
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, in order
+    assert all(low < a[1] <= low + width for a in ranges[:-1])
     assert len(ranges) <= parts
-    for start, stop in spans:
-        assert len(file_merge.within_range([("f", start, stop)], *next(
-            r for r in ranges if r[1] is None or start < r[1]))) == 1
-        assert sum(len(file_merge.within_range([("f", start, stop)], *r)) for r in ranges) == 1
+
+
+@given(st.lists(st.lists(st.integers(0, 60), min_size=1, max_size=8, unique=True),
+                min_size=1, max_size=4),
+       st.lists(st.tuples(st.integers(0, 70), st.sampled_from(["a", "c"]), st.booleans()),
+                max_size=25, unique_by=lambda c: c[0]),
+       st.integers(1, 6))
+def test_files_across_key_ranges_are_rewritten_in_parts(tmp_path_factory, files, window, parts):
+    """Files of any key spans (overlapping, reaching across cuts) merged in key ranges, one
+    part per range: the same rows as one MERGE of the whole window."""
+    taken, spans = set(), []
+    for keys in files:  # a key in one file only
+        spans.append([k for k in keys if k not in taken])
+        taken |= set(spans[-1])
+    spans = [keys for keys in spans if keys]
+    path = str(tmp_path_factory.mktemp("parts") / "silver")
+    silver(path, [[(k, f"old{k}", "b") for k in keys] for keys in spans])
+    want = {k: (f"old{k}", "b") for keys in spans for k in keys}
+    for k, offset, remove in window:
+        if k in want and offset > want[k][1]:
+            want.pop(k)
+        if (k not in taken or offset > "b") and not remove:
+            want[k] = (f"new{k}", offset)
+    tables = DeltaRsTables()
+    on_file = tables.data_files(path, "id")
+    rewrite = file_merge.Rewrite(tables, path, ["id"])
+    for start, stop in file_merge.key_ranges(0, 70, parts):
+        part = [c for c in window if (start is None or c[0] >= start) and
+                (stop is None or c[0] < stop)]
+        if part:
+            rewrite.add(changes([(k, "" if remove else f"new{k}", offset, remove)
+                                 for k, offset, remove in part]),
+                        file_merge.within_range(on_file, start, stop), (start, stop))
+    rewrite.commit()
+    assert rows_of(path) == want
 
 
 def test_a_merge_in_parts_is_one_commit_and_an_abandoned_one_leaves_no_file(tmp_path):
