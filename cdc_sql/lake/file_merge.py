@@ -78,23 +78,28 @@ class Rewrite:
             near = source if held is None else source.filter(held)
             if not near.num_rows:
                 continue
+            # a file reaching past the range: only its row groups that meet it (a key's
+            # row groups are known by their statistics: a file is written in key order)
+            parquet, part = pq.ParquetFile(os.path.join(self.path, name)), \
+                reaches_past(low, high, *within)
+            groups = groups_meeting(_spans(parquet, key[0]), *within) if part else None
             columns = [*key, "_cdc_offset"]  # in silver's types (delta-rs writes string_view)
-            narrow = pq.read_table(os.path.join(self.path, name), columns=columns,
-                                   schema=pa.schema([schema.field(c) for c in columns]))
+            narrow = _conformed(_read(parquet, groups, columns),
+                                pa.schema([schema.field(c) for c in columns]))
             found = _matches(narrow, near, key)
             matched += found[_SOURCE].chunks
             later = found.filter(_later(found, narrow, changes)).select([_TARGET, _SOURCE])
             if later.num_rows:
-                rewritten.append((name, later, reaches_past(low, high, *within)))
+                rewritten.append((name, later, part, groups))
         known = pa.chunked_array(matched, pa.int64()).combine_chunks()
         inserted = pc.invert(pc.or_(pc.is_in(source[_SOURCE], value_set=known),
                                     changes["_cdc_remove"]))
         if not rewritten and not pc.any(inserted).as_py():
             return
         written = Files(self.path, schema)
-        for name, later, part in rewritten:
+        for name, later, part, groups in rewritten:
             start = 0  # the file's rows are read in the order the pass above found them
-            for batch in _batches(os.path.join(self.path, name), schema):
+            for batch in _batches(os.path.join(self.path, name), schema, groups):
                 inside = _in_ranges(batch[key[0]], [within]) if part else None
                 for rows in _merged(batch, _within(later, start, batch.num_rows), changes,
                                     schema, inside):
@@ -116,7 +121,9 @@ class Rewrite:
         it, written as they are."""
         written = Files(self.path, self.schema)
         for name, ranges in self.parted.items():
-            for batch in _batches(os.path.join(self.path, name), self.schema):
+            file = os.path.join(self.path, name)
+            for batch in _batches(file, self.schema, groups_outside(
+                    _spans(pq.ParquetFile(file), self.key[0]), ranges)):
                 rest = batch.filter(pc.invert(_in_ranges(batch[self.key[0]], ranges)))
                 if rest.num_rows:
                     written.write(rest)
@@ -152,7 +159,25 @@ def key_ranges(low: int, high: int, parts: int) -> list[tuple[int | None, int | 
 def within_range(files: list[tuple[str, object, object]], start: int | None,
                  stop: int | None) -> list[tuple[str, object, object]]:
     """The files (name, min, max) whose key span meets [start, stop)."""
-    return [f for f in files if (stop is None or f[1] < stop) and (start is None or f[2] >= start)]
+    return [f for f in files if meets(f[1], f[2], start, stop)]
+
+
+def meets(low, high, start: int | None, stop: int | None) -> bool:
+    """Whether a key span [low, high] (None: unknown) may meet [start, stop). Pure."""
+    return (stop is None or low is None or low < stop) and \
+        (start is None or high is None or high >= start)
+
+
+def groups_meeting(spans: list[tuple], start: int | None, stop: int | None) -> list[int]:
+    """The row groups (by their key spans) that may hold a key in [start, stop). Pure."""
+    return [i for i, (low, high) in enumerate(spans) if meets(low, high, start, stop)]
+
+
+def groups_outside(spans: list[tuple], ranges: list[tuple]) -> list[int]:
+    """The row groups (by their key spans) that may hold a key outside every one of
+    `ranges`. Pure."""
+    return [i for i, (low, high) in enumerate(spans)
+            if all(reaches_past(low, high, *r) for r in ranges)]
 
 
 def reaches_past(low, high, start: int | None, stop: int | None) -> bool:
@@ -209,13 +234,34 @@ def _later(found: pa.Table, target, changes: pa.Table) -> pa.ChunkedArray:
                       pc.take(target.column("_cdc_offset"), found[_TARGET]))
 
 
-def _batches(file: str, schema: pa.Schema):
+def _batches(file: str, schema: pa.Schema, groups: list[int] | None = None):
     """A file's rows a row group at a time (pyarrow decodes one whole anyway; lake/parquet_files.py
-    cuts them at ROW_GROUP_BYTES), in silver's columns."""
+    cuts them at ROW_GROUP_BYTES), in silver's columns; `groups`: only those."""
     parquet = pq.ParquetFile(file)
     names = [n for n in schema.names if n in parquet.schema_arrow.names]
-    for group in range(parquet.metadata.num_row_groups):
+    for group in range(parquet.metadata.num_row_groups) if groups is None else groups:
         yield from _conformed(parquet.read_row_group(group, columns=names), schema).to_batches()
+
+
+def _read(parquet: pq.ParquetFile, groups: list[int] | None, columns: list[str]) -> pa.Table:
+    """`columns` of a file's row groups (`groups`: only those)."""
+    if groups is None:
+        return parquet.read(columns=columns)
+    return parquet.read_row_groups(groups, columns=columns)
+
+
+def _spans(parquet: pq.ParquetFile, column: str) -> list[tuple]:
+    """Each row group's [min, max] of `column` from the file's footer ((None, None): not
+    known)."""
+    meta = parquet.metadata
+    index = next((j for j in range(meta.num_columns) if meta.schema.column(j).path == column),
+                 None)
+    spans = []
+    for group in range(meta.num_row_groups):
+        stats = None if index is None else meta.row_group(group).column(index).statistics
+        spans.append((stats.min, stats.max) if stats is not None and stats.has_min_max
+                     else (None, None))
+    return spans
 
 
 def _within(later: pa.Table, start: int, count: int) -> pa.Table:

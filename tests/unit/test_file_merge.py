@@ -8,6 +8,7 @@ import os
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable
 from hypothesis import given, strategies as st
 
@@ -85,6 +86,14 @@ def test_files_delta_rs_wrote_are_read_in_silvers_types(tmp_path):
     assert rows_of(path) == {1: ("n1", "d"), 2: ("x", "c"), 4: ("n4", "d")}
 
 
+def test_row_groups_are_chosen_by_their_key_spans():
+    spans = [(0, 9), (10, 19), (None, None), (20, 29)]
+    assert file_merge.groups_meeting(spans, 10, 20) == [1, 2]  # no statistics: read
+    assert file_merge.groups_meeting(spans, None, 5) == [0, 2]
+    assert file_merge.groups_outside(spans, [(None, 10), (20, None)]) == [1, 2]
+    assert file_merge.groups_outside(spans, [(5, 25)]) == [0, 2, 3]
+
+
 def test_key_ranges_cut_evenly():
     assert file_merge.key_ranges(0, 299, 3) == [(None, 100), (100, 200), (200, None)]
     assert file_merge.key_ranges(5, 5, 8) == [(None, None)]  # one key: one range
@@ -105,9 +114,11 @@ def test_key_ranges_cover_every_key_once(low, width, parts):
                 min_size=1, max_size=4),
        st.lists(st.tuples(st.integers(0, 70), st.sampled_from(["a", "c"]), st.booleans()),
                 max_size=25, unique_by=lambda c: c[0]),
-       st.integers(1, 6))
-def test_files_across_key_ranges_are_rewritten_in_parts(tmp_path_factory, files, window, parts):
-    """Files of any key spans (overlapping, reaching across cuts) merged in key ranges, one
+       st.integers(1, 6), st.sampled_from([2, 3, 128 * 1024]))
+def test_files_across_key_ranges_are_rewritten_in_parts(tmp_path_factory, files, window, parts,
+                                                        group_rows):
+    """Files of any key spans (overlapping, reaching across cuts; rows in any order, row
+    groups of a few rows, whose statistics say which a part reads) merged in key ranges, one
     part per range: the same rows as one MERGE of the whole window."""
     taken, spans = set(), []
     for keys in files:  # a key in one file only
@@ -115,7 +126,9 @@ def test_files_across_key_ranges_are_rewritten_in_parts(tmp_path_factory, files,
         taken |= set(spans[-1])
     spans = [keys for keys in spans if keys]
     path = str(tmp_path_factory.mktemp("parts") / "silver")
-    silver(path, [[(k, f"old{k}", "b") for k in keys] for keys in spans])
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(parquet_files, "ROW_GROUP_ROWS", group_rows)
+        silver(path, [[(k, f"old{k}", "b") for k in keys] for keys in spans])
     want = {k: (f"old{k}", "b") for keys in spans for k in keys}
     for k, offset, remove in window:
         if k in want and offset > want[k][1]:
