@@ -24,7 +24,8 @@ hand-change check (the commit is a MERGE on `_cdc_offset`, recognised as cdc-sql
 Windows that need anything more go through the engine's SQL (which finds silver created, if
 this module created it): a DDL statement or TRUNCATE in the window, bronze or silver columns
 that differ from the source's (a schema change being carried out), temporal key columns, keys
-that may be NULL, decimals wider than 64 bits (whose statistics delta-rs writes wrong), a
+that may be NULL, decimals wider than 64 bits (whose statistics delta-rs's MERGE writes
+wrong) unless silver's files are rewritten here (a local path, no change data feed), a
 re-snapshot, a table delta-rs cannot write (a feature it lacks), work past the budget, a large
 snapshot in an object store, or a lake whose tables the engine alone reaches (`spark_tables.SparkTables`).
 """
@@ -74,8 +75,9 @@ SNAPSHOT_BYTES = 16 * 2**20
 SQL_ONLY = "engine.sql_only (--sql-only): every window through the engine's SQL"
 
 
-def plan_unsuitable(plan, sql_only: bool = False) -> str | None:
-    """Why no window of the table may be merged here; None when some may."""
+def plan_unsuitable(plan, sql_only: bool = False, local: bool = False) -> str | None:
+    """Why no window of the table may be merged here (`local`: a lake on a local path);
+    None when some may."""
     if sql_only:
         return SQL_ONLY
     if plan.spec.history:
@@ -85,15 +87,25 @@ def plan_unsuitable(plan, sql_only: bool = False) -> str | None:
         return "not a plain table (a projection, shards or cascades)"
     if plan.key_texts or plan.key_nullable:
         return "temporal or nullable key columns"
-    if any(pa.types.is_decimal(f.type) and f.type.precision > 18
-           for f in plan.sources[0].arrow_schema):
-        return "decimals wider than 64 bits"
+    if wide_decimals(plan) and not local:
+        return WIDE_DECIMALS
     return None
 
 
-def unsuitable(plan, window: Window, facts, sql_only: bool = False) -> str | None:
+WIDE_DECIMALS = "decimals wider than 64 bits, whose statistics delta-rs's MERGE writes wrong"
+
+
+def wide_decimals(plan) -> bool:
+    """Whether the table has decimals wider than 64 bits (merged here by rewriting files
+    alone, which write them no statistics)."""
+    return any(pa.types.is_decimal(f.type) and f.type.precision > 18
+               for f in plan.sources[0].arrow_schema)
+
+
+def unsuitable(plan, window: Window, facts, sql_only: bool = False,
+               local: bool = False) -> str | None:
     """Why the window must go through the engine's SQL; None when it may be merged here."""
-    reason = plan_unsuitable(plan, sql_only)
+    reason = plan_unsuitable(plan, sql_only, local)
     if reason is not None:
         return reason
     if window.replace or (window.splits is not None and not window.first):
@@ -125,18 +137,19 @@ def fits(changes_bytes: int, silver_bytes: int) -> bool:
 
 
 def merger(changes_bytes: int, changes_rows: int, silver_bytes: int,
-           rewritable: bool) -> str | None:
+           rewritable: bool, delta_rs: bool = True) -> str | None:
     """Which MERGE of `changes_rows` changes of `changes_bytes` (in Arrow) stays within
     MEMORY_BUDGET, when silver is `rewritable` by lake/file_merge.py (whose memory follows
     the changes, not silver: held whole with what it finds of each file, plus a row group
     read and one written): "files" for rows of WIDE_ROW_BYTES or more; else "delta-rs" if it
-    `fits` (faster on a small silver, whose files it holds); else "files" again (a silver
-    too large for delta-rs's MERGE); None when none does (the engine's SQL). Pure."""
+    `fits` (faster on a small silver, whose files it holds) and may (`delta_rs`); else
+    "files" again (a silver too large for delta-rs's MERGE); None when none does (the
+    engine's SQL). Pure."""
     wide = rewritable and changes_rows and changes_bytes >= WIDE_ROW_BYTES * changes_rows
     if wide:
         return "files" if changes_bytes + 2 * parquet_files.ROW_GROUP_BYTES <= MEMORY_BUDGET \
             else None
-    if fits(changes_bytes, silver_bytes):
+    if delta_rs and fits(changes_bytes, silver_bytes):
         return "delta-rs"
     return "files" if rewritable and files_bound(changes_bytes) <= MEMORY_BUDGET else None
 
@@ -231,17 +244,19 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     changes_bytes = lake.tables.file_bytes(changes_path, within)
     if changes_bytes == 0:  # no file of bronze may hold one: nothing to MERGE, whatever
         return None  # silver's size (a first window of a big table: no engine started for it)
-    rewritable = _rewritable(lake, silver)
+    rewritable, delta_rs = _rewritable(lake, silver), not wide_decimals(plan)
+    if not (rewritable or delta_rs):
+        return f"{WIDE_DECIMALS}, and silver keeps a change data feed (not rewritten here)"
     estimate = ARROW_PER_PARQUET_BYTE * changes_bytes
     if merger(estimate, lake.tables.file_rows(changes_path, within), silver_bytes,
-              rewritable) is None:
+              rewritable, delta_rs) is None:
         if rewritable:
             return _merge_in_ranges(lake, plan, window, silver, estimate)
         return "past the memory budget (by bronze's and silver's file sizes)"
     started = time.perf_counter()
     changes = _read_changes(lake, plan, window)
-    way, count = merger(changes.nbytes, changes.num_rows, silver_bytes, rewritable), \
-        changes.num_rows
+    way, count = merger(changes.nbytes, changes.num_rows, silver_bytes, rewritable,
+                        delta_rs), changes.num_rows
     if way is None:
         nbytes, count = changes.nbytes, changes.num_rows
         del changes
@@ -283,9 +298,10 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
     """A window past the budget, merged by rewriting files in key ranges of its integer
     first key column (file_merge.key_ranges: enough that each range's changes fit; a file
     across two is rewritten in parts): each range's changes read, the last per key picked
-    and merged in turn, every range's files in one commit (file_merge.Rewrite). Memory follows a range,
-    whatever the window's size; silver moves from one boundary to the next at once. Why
-    not, if not (nothing written stays: the engine's SQL takes the window)."""
+    and merged in turn, every range's files in one commit (file_merge.Rewrite). Memory
+    follows a range, whatever the window's size or silver's files; silver moves from one
+    boundary to the next at once. Why not, if not (nothing written stays: the engine's SQL
+    takes the window)."""
     source, key = plan.sources[0], list(plan.key)
     rewrite = file_merge.Rewrite(lake.tables, silver, key)
     files = lake.tables.data_files(silver, key[0])

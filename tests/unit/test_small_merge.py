@@ -70,7 +70,7 @@ def test_bronze_columns_unlike_the_source_go_to_the_engine():
     assert "bronze's columns differ" in unsuitable(plan(widened), CHANGES, facts())
 
 
-def test_temporal_nullable_and_wide_decimal_keys_go_to_the_engine():
+def test_temporal_nullable_keys_and_wide_decimals_off_a_local_path_go_to_the_engine():
     dated = SourceTable("db", "t", (Column("d", "date", "date", None, None, None, None),
                                     SOURCE.columns[1]), ("d",))
     assert "temporal" in unsuitable(plan(dated), CHANGES, facts(dated))
@@ -80,6 +80,8 @@ def test_temporal_nullable_and_wide_decimal_keys_go_to_the_engine():
                                    Column("m", "decimal", "decimal(30,2)", 30, 2, None, None)),
                        ("id",))
     assert "decimals" in unsuitable(plan(wide), CHANGES, facts(wide))
+    # on a local path silver's files are rewritten here, never by delta-rs's MERGE
+    assert unsuitable(plan(wide), CHANGES, facts(wide), local=True) is None
 
 
 def reference(rows: list[tuple[int, str, bool, int]]) -> dict[int, int]:
@@ -138,6 +140,9 @@ def test_rows_of_megabytes_are_merged_by_rewriting_files_within_the_budget():
     assert small_merge.merger(wide * 100, 100, 0, rewritable=True) == "files"
     assert small_merge.merger(wide * 100 - 1, 100, 0, rewritable=True) == "delta-rs"
     assert small_merge.merger(175 * mb, 15, 15 * mb, rewritable=False) == "delta-rs"
+    # decimals wider than 64 bits: never delta-rs's MERGE (it writes their statistics wrong)
+    assert small_merge.merger(mb, 15, mb, rewritable=True, delta_rs=False) == "files"
+    assert small_merge.merger(mb, 15, mb, rewritable=False, delta_rs=False) is None
     room = small_merge.MEMORY_BUDGET - 2 * ROW_GROUP_BYTES
     assert small_merge.merger(room, 1, 10**12, rewritable=True) == "files"
     assert small_merge.merger(room + 1, 1, 0, rewritable=True) is None  # the engine's SQL

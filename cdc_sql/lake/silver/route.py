@@ -50,7 +50,7 @@ def route(plan: SilverPlan, window: Window | None, lake: Lake, facts: Facts | No
     cluster = window is not None and clusters(window)
     if window is None:
         reason = liquid(plan, lake, engine_mode) or \
-            small_merge.plan_unsuitable(plan, lake.sql_only)
+            small_merge.plan_unsuitable(plan, lake.sql_only, lake.local)
         silver = lake.silver_path(plan.spec.name)
         if reason is None and engine_mode is not None and \
                 choose(engine_mode, silver) != "delta-rs":
@@ -58,7 +58,7 @@ def route(plan: SilverPlan, window: Window | None, lake: Lake, facts: Facts | No
                       f"(delta-rs in this process may not reach its storage)")
     else:
         reason = liquid(plan, lake) or \
-            small_merge.unsuitable(plan, window, facts or Facts(), lake.sql_only)
+            small_merge.unsuitable(plan, window, facts or Facts(), lake.sql_only, lake.local)
     if reason is not None:
         return Route(Way.ENGINE_SQL, reason, cluster)
     if window is None:
