@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import tempfile
 import time
 from typing import Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -280,28 +283,31 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     return None
 
 
-def _read_changes(lake: Lake, plan, window: Window, where: tuple = ()) -> pa.Table:
-    """The window's bronze changes of the table (`where`: more conditions, then read as a
-    stream: a range's rows are a part of bronze's files, which a whole read decodes several
-    at once), in silver's columns less those its change semantics add."""
+def _read_changes(lake: Lake, plan, window: Window) -> pa.Table:
+    """The window's bronze changes of the table, in silver's columns less those its change
+    semantics add."""
+    path, columns, conditions = _changes_of(lake, plan, window)
+    return lake.tables.read_arrow(path, columns, where=conditions)
+
+
+def _changes_of(lake: Lake, plan, window: Window) -> tuple[str, list[str], list[tuple]]:
+    """The bronze table of the window's changes, the columns read and the offsets' bounds."""
     source, extra = plan.sources[0], semantics.extra_columns(plan.spec)
-    path, columns = lake.changes_path(source.db, source.name), \
-        [c for c in plan.columns if c not in extra]
-    conditions = [("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto), *where]
-    if not where:
-        return lake.tables.read_arrow(path, columns, where=conditions)
-    return lake.tables.scan(path, columns, conditions).read_all()
+    return lake.changes_path(source.db, source.name), \
+        [c for c in plan.columns if c not in extra], \
+        [("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto)]
 
 
 def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
                      estimate: int) -> str | None:
     """A window past the budget, merged by rewriting files in key ranges of its integer
     first key column (file_merge.key_ranges: enough that each range's changes fit; a file
-    across two is rewritten in parts): each range's changes read, the last per key picked
-    and merged in turn, every range's files in one commit (file_merge.Rewrite). Memory
-    follows a range, whatever the window's size or silver's files; silver moves from one
-    boundary to the next at once. Why not, if not (nothing written stays: the engine's SQL
-    takes the window)."""
+    across two is rewritten in parts): the window's changes read from bronze once, each
+    into a spill file of its range (`_spill`); then each range's changes read, the last per
+    key picked and merged in turn, every range's files in one commit (file_merge.Rewrite).
+    Memory follows a range, whatever the window's size or silver's files; silver moves from
+    one boundary to the next at once. Why not, if not (nothing written stays: the engine's
+    SQL takes the window)."""
     source, key = plan.sources[0], list(plan.key)
     rewrite = file_merge.Rewrite(lake.tables, silver, key)
     files = lake.tables.data_files(silver, key[0])
@@ -313,31 +319,70 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
                                    max((high for _, high, _ in bronze), default=0),
                                    range_count(estimate))
     started, count = time.perf_counter(), 0
-    try:
-        for start, stop in ranges:
-            changes = _read_changes(lake, plan, window, (
-                *([(key[0], ">=", start)] if start is not None else []),
-                *([(key[0], "<", stop)] if stop is not None else [])))
-            if files_bound(changes.nbytes) > MEMORY_BUDGET:
-                rewrite.abandon()
-                return f"past the memory budget in a key range ({changes.num_rows} changes)"
-            if not changes.num_rows:
-                continue
-            count += changes.num_rows
-            last = last_change_per_key(semantics.arrow_changes(plan.spec, changes), key)
-            del changes
-            rewrite.add(last, file_merge.within_range(files, start, stop), (start, stop))
-            del last
-            pa.default_memory_pool().release_unused()  # each range's blocks given back
-        rewrite.finish()  # the rest of the files rewritten in parts
-        faults.point("silver.staged")  # every range's files written, none committed
-    except BaseException:
-        rewrite.abandon()
-        raise
+    with tempfile.TemporaryDirectory(prefix="cdc-sql-ranges-") as spill:
+        try:
+            for (start, stop), part in zip(ranges, _spill(lake, plan, window, key[0], ranges,
+                                                          spill)):
+                if part is None:
+                    continue
+                with pa.OSFile(part) as file:
+                    changes = pa.ipc.open_file(file).read_all()
+                os.remove(part)
+                if files_bound(changes.nbytes) > MEMORY_BUDGET:
+                    rewrite.abandon()
+                    return f"past the memory budget in a key range ({changes.num_rows} changes)"
+                count += changes.num_rows
+                last = last_change_per_key(semantics.arrow_changes(plan.spec, changes), key)
+                del changes
+                rewrite.add(last, file_merge.within_range(files, start, stop), (start, stop))
+                del last
+                pa.default_memory_pool().release_unused()  # each range's blocks given back
+            rewrite.finish()  # the rest of the files rewritten in parts
+            faults.point("silver.staged")  # every range's files written, none committed
+        except BaseException:
+            rewrite.abandon()
+            raise
     rewrite.commit()  # (never abandoned once tried: a commit that raised may have landed)
     log.debug("silver %s: %d changes merged by rewriting files in %d key ranges in %.3fs",
               plan.spec.name, count, len(ranges), time.perf_counter() - started)
     return None
+
+
+def _spill(lake: Lake, plan, window: Window, column: str, ranges: list[tuple],
+           directory: str) -> list[str | None]:
+    """The window's changes read from bronze once, as a stream, each row written to the
+    Arrow file (LZ4) of its key range in `column` under `directory`: the files, None for a
+    range without changes. Bronze's files hold keys of every range (a batch's), so reading
+    each range from them would decode the whole window once per range."""
+    path, columns, conditions = _changes_of(lake, plan, window)
+    cuts = [start for start, _ in ranges[1:]]
+    names = [os.path.join(directory, f"range-{n}.arrow") for n in range(len(ranges))]
+    writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    try:
+        for batch in lake.tables.scan(path, columns, conditions):
+            if not batch.num_rows:
+                continue
+            for n, rows in _by_range(batch, column, cuts):
+                if n not in writers:
+                    writers[n] = pa.ipc.new_file(names[n], batch.schema, options=options)
+                writers[n].write_batch(rows)
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return [names[n] if n in writers else None for n in range(len(ranges))]
+
+
+def _by_range(batch: pa.RecordBatch, column: str, cuts: list[int]):
+    """(range number, its rows) of a batch, by which of the ranges the ascending `cuts` of
+    the integer `column` make each row's value falls in."""
+    values = batch.column(column).to_numpy(zero_copy_only=False)
+    where = np.searchsorted(np.array(cuts, dtype=values.dtype), values, side="right")
+    order = np.argsort(where, kind="stable")
+    bounds = np.searchsorted(where[order], np.arange(len(cuts) + 2))
+    for n in range(len(cuts) + 1):
+        if bounds[n + 1] > bounds[n]:
+            yield n, batch.take(pa.array(order[bounds[n]:bounds[n + 1]]))
 
 
 def range_count(estimate: int) -> int:

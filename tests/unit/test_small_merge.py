@@ -256,3 +256,25 @@ def test_a_window_no_bronze_file_holds_merges_nothing_whatever_silvers_size():
     assert small_merge._merge_changes(lake(0), plan(), FIRST, "silver") is None
     assert small_merge._merge_changes(lake(1000), plan(), FIRST, "silver") == \
         "past the memory budget (by bronze's and silver's file sizes)"
+
+
+@given(st.lists(st.integers(-50, 50), max_size=60),
+       st.lists(st.integers(-60, 60), max_size=6, unique=True),
+       st.sampled_from([pa.int64(), pa.int32(), pa.int16()]))
+def test_a_batch_is_cut_into_its_key_ranges(keys, cuts, key_type):
+    """Each row goes to the range its key falls in ([None, c1), [c1, c2), ... [ck, None)),
+    every row once, in its order within the range."""
+    from cdc_sql.lake import small_merge
+
+    cuts = sorted(cuts)
+    batch = pa.record_batch({"id": pa.array(keys, key_type), "n": list(range(len(keys)))})
+    parts = list(small_merge._by_range(batch, "id", cuts))
+    bounds = [None, *cuts, None]
+    for n, rows in parts:
+        start, stop = bounds[n], bounds[n + 1]
+        assert all((start is None or k >= start) and (stop is None or k < stop)
+                   for k in rows.column("id").to_pylist())
+        assert rows.column("n").to_pylist() == sorted(rows.column("n").to_pylist())
+    assert sorted(i for _, rows in parts for i in rows.column("n").to_pylist()) == \
+        list(range(len(keys)))
+    assert len({n for n, _ in parts}) == len(parts)
