@@ -371,11 +371,13 @@ class DeltaRsTables(DeltaRsWrites):
             self._files_read[key] = (schema, files)  # the files of this version only
         return pa.concat_tables(files.values()) if files else schema.empty_table()
 
-    def scan(self, path: str, columns: list[str],
-             where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:
+    def scan(self, path: str, columns: list[str], where: list[tuple[str, str, object]],
+             serial: bool = False) -> pa.RecordBatchReader:
         """The rows of `read_arrow` as a stream (memory follows a few batches: the defaults
         read 16 batches of 128k rows ahead of a slower consumer), opened now:
-        a delta-rs call from inside another delta-rs write (a stream it consumes) panics."""
+        a delta-rs call from inside another delta-rs write (a stream it consumes) panics.
+        `serial`: decoded by the consuming thread, nothing read ahead (with threads, a
+        consumer slower than the decode saw 400 MB of batches pile up)."""
         import pyarrow.parquet as pq
 
         options = {}
@@ -394,7 +396,8 @@ class DeltaRsTables(DeltaRsWrites):
         condition = pq.filters_to_expression(
             [(c, "in" if op == "IN" else op, v) for c, op, v in where])
         return dataset.scanner(columns=columns, filter=condition, batch_size=64 * 1024,
-                               batch_readahead=2, fragment_readahead=1, **options).to_reader()
+                               batch_readahead=2, fragment_readahead=1, use_threads=not serial,
+                               **options).to_reader()
 
     def key_ranges(self, path: str, column: str) -> list[tuple] | None:
         """(min, max, bytes) of `column` in each file, from the Delta log's statistics; None

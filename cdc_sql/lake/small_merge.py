@@ -360,7 +360,7 @@ def _spill(lake: Lake, plan, window: Window, column: str, ranges: list[tuple],
     writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
     options = pa.ipc.IpcWriteOptions(compression="lz4")
     try:
-        for batch in lake.tables.scan(path, columns, conditions):
+        for batch in lake.tables.scan(path, columns, conditions, serial=True):
             if not batch.num_rows:
                 continue
             for n, rows in _by_range(batch, column, cuts):

@@ -158,8 +158,8 @@ class SparkTables:
                       schema: pa.Schema) -> None:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
-    def scan(self, path: str, columns: list[str],
-             where: list[tuple[str, str, object]]) -> pa.RecordBatchReader:
+    def scan(self, path: str, columns: list[str], where: list[tuple[str, str, object]],
+             serial: bool = False) -> pa.RecordBatchReader:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
     def create_from_streams(self, path: str, schema: pa.Schema,
