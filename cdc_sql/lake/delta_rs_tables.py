@@ -120,10 +120,14 @@ class DeltaRsWrites:
         with self._table(path) as table:
             table.alter.set_table_properties(chosen, raise_if_not_exists=False)
 
-    def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
+    def replace_rows(self, path: str, table: pa.Table, schema: pa.Schema, where: str) -> None:
+        """The rows matching the SQL condition `where` replaced by `table` (each of whose
+        rows matches it) in one commit; rows another writer commits meanwhile that do not
+        match it stay."""
         from deltalake import write_deltalake
 
-        write_deltalake(str(path), table, mode="overwrite", writer_properties=writer_properties())
+        write_deltalake(str(path), table, mode="overwrite", predicate=where,
+                        writer_properties=writer_properties())
 
     def reset(self, path: str, schema: pa.Schema) -> None:
         """Empty the table (created if missing), with `schema`, in one marked commit."""

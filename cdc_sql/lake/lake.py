@@ -113,7 +113,7 @@ class WithFallback:
     the engine's alone (delta-rs cannot write it). Each table's features are said once."""
 
     ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
-              "cluster", "overwrite_arrow", "reset", "set_properties", "clustering")
+              "cluster", "replace_rows", "reset", "set_properties", "clustering")
     ENGINE = ("alter_clustering", "recluster")
 
     def __init__(self, tables: DeltaRsTables, engine):

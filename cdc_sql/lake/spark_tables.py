@@ -81,9 +81,9 @@ class SparkTables:
             df = df.where(predicate(where, quote))
         return (df.select(*columns) if columns else df).toArrow()
 
-    def overwrite_arrow(self, path: str, table: pa.Table, schema: pa.Schema) -> None:
+    def replace_rows(self, path: str, table: pa.Table, schema: pa.Schema, where: str) -> None:
         self.spark.createDataFrame(table, spark_schema(schema)).write.format("delta") \
-            .mode("overwrite").save(str(path))
+            .mode("overwrite").option("replaceWhere", where).save(str(path))
 
     def reset(self, path: str, schema: pa.Schema) -> None:
         self.spark.createDataFrame([], spark_schema(schema)).write.format("delta") \

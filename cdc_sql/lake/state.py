@@ -463,7 +463,9 @@ class State:
 
     def compact(self) -> int:
         """Rewrite the log to its newest entry per (kind, name), in one commit; returns the
-        entries dropped. Loads read the whole log, so this keeps them fast (maintain)."""
+        entries dropped. Loads read the whole log, so this keeps them fast (maintain). Only
+        the entries read are replaced (`seq` up to the last read): an entry another command
+        appends meanwhile (`cdc-sql resnapshot` takes no lease) stays."""
         if not self.lake.tables.exists(self.path):
             return 0
         table = self.lake.tables.read_arrow(self.path)
@@ -472,5 +474,6 @@ class State:
             newest[(row["kind"], row["name"])] = row
         kept = pa.Table.from_pylist(sorted(newest.values(), key=lambda r: r["seq"]),
                                     schema=STATE_SCHEMA)
-        self.lake.tables.overwrite_arrow(self.path, kept, STATE_SCHEMA)
+        last = max(table.column("seq").to_pylist(), default=0)
+        self.lake.tables.replace_rows(self.path, kept, STATE_SCHEMA, f"seq <= {int(last)}")
         return table.num_rows - kept.num_rows

@@ -137,3 +137,27 @@ def test_state_files_are_read_once_and_loads_follow_every_commit(tmp_path, monke
     checkpoint = state.load()
     assert checkpoint.capture.position == "binlog.000001:8"
     assert checkpoint.entries == local_state(tmp_path).load().entries  # read afresh
+
+
+def test_compaction_keeps_an_entry_another_command_appends_meanwhile(tmp_path, monkeypatch):
+    """`maintain` rewrites the log to its newest entries while `cdc-sql resnapshot` (which
+    takes no lease) may append a request: an entry committed between the compaction's read
+    and its commit stays."""
+    state = local_state(tmp_path)
+    for position in ("binlog.000001:4", "binlog.000001:8"):
+        state.write(CaptureEntry(position))
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+
+    real = DeltaRsTables.read_arrow
+
+    def read_then_another_writes(self, *args, **kwargs):
+        rows = real(self, *args, **kwargs)
+        local_state(tmp_path).write(SplitEntry(source_table="db.t", split_id=0))  # another
+        return rows
+
+    monkeypatch.setattr(DeltaRsTables, "read_arrow", read_then_another_writes)
+    assert state.compact() == 1  # the older capture entry
+    monkeypatch.undo()
+    checkpoint = local_state(tmp_path).load()
+    assert checkpoint.capture.position == "binlog.000001:8"
+    assert [(s.source_table, s.split_id) for s in checkpoint.all_splits()] == [("db.t", 0)]
