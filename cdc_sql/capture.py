@@ -231,6 +231,7 @@ class Capture:
     def _commit(self, entry: CaptureEntry, resolved: list) -> None:
         self.state.write(entry, *resolved)
         self.committed, self.landing = entry, {tuple(t) for t in entry.landing}
+        self.state.compact_if_due()  # two state commits a batch: a long pass compacts too
 
 
 @dataclass(frozen=True)

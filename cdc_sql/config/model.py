@@ -138,6 +138,12 @@ class Target:
     retention_hours: float = _key("`cdc-sql maintain` prunes bronze that every silver table has "
                                   "applied and that is older than this, and vacuums files older "
                                   "than this", 168.0, minimum=0)
+    maintain_every_hours: float = _key("a run maintains the target itself (what `cdc-sql "
+                                       "maintain` does, between two passes) once this many "
+                                       "hours have passed since the last maintenance: a run "
+                                       "following the binlog holds the lease `maintain` "
+                                       "needs; 0: only `cdc-sql maintain` does", 24.0,
+                                       minimum=0)
     change_data_feed: bool = _key("every silver and history table keeps Delta's change data "
                                   "feed (delta.enableChangeDataFeed): table_changes / "
                                   "readChangeFeed return each row's insert, update pre- and "

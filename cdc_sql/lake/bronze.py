@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from cdc_sql.errors import SourceError
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.tables import table_ref
+from cdc_sql.lake.tables import LOG_TABLE, table_ref
 from cdc_sql.source.binlog_rows import CapturedStatement
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.rows import META_COLUMNS
@@ -92,7 +92,7 @@ def tag_split_rows(table: SourceTable, batches: Iterable[pa.RecordBatch], attemp
 
 def ensure_snapshot_table(lake: Lake, table: SourceTable) -> None:
     lake.tables.create_arrow_table(lake.snapshot_path(table.db, table.name),
-                                   snapshot_schema(table))
+                                   snapshot_schema(table), LOG_TABLE)
 
 
 def reset(lake: Lake, table: SourceTable) -> None:
@@ -114,11 +114,11 @@ def drop_unfinished(lake: Lake, table: SourceTable, split_ids: Iterable[int]) ->
 # -- binlog changes ------------------------------------------------------------------------------
 def ensure_changes_table(lake: Lake, table: SourceTable) -> None:
     lake.tables.create_arrow_table(lake.changes_path(table.db, table.name),
-                                   changes_schema(table))
+                                   changes_schema(table), LOG_TABLE)
 
 
 def ensure_statements_table(lake: Lake) -> None:
-    lake.tables.create_arrow_table(lake.statements_path, STATEMENTS_SCHEMA)
+    lake.tables.create_arrow_table(lake.statements_path, STATEMENTS_SCHEMA, LOG_TABLE)
 
 
 def append_changes(lake: Lake, table: SourceTable, batches: list[pa.RecordBatch]) -> None:

@@ -1,6 +1,7 @@
 """The lake's table operations with delta-rs, in this process (lake/tables.py says when)."""
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from contextlib import contextmanager
@@ -13,6 +14,8 @@ from cdc_sql.lake.tables import (COMMIT_RETRIES, EVOLVE_MARK, OWN_MERGE,
                                  WRITES_FEATURES, append_with_delta_rs, literal, operation,
                                  predicate, stats_configuration, writer_properties)
 from cdc_sql.location import Location
+
+log = logging.getLogger("cdc_sql")
 
 
 def _add_actions(table) -> pa.Table:
@@ -41,12 +44,13 @@ class DeltaRsWrites:
     """DeltaRsTables' changes to tables: creating, appending, reshaping, deleting, compacting,
     clustering, merging (through its open tables, `_table`)."""
 
-    def create_arrow_table(self, path: str, schema: pa.Schema) -> None:
+    def create_arrow_table(self, path: str, schema: pa.Schema,
+                           properties: dict | None = None) -> None:
         from deltalake import DeltaTable, write_deltalake
 
         if not self.exists(path):
             write_deltalake(str(path), schema.empty_table(), mode="append",
-                            configuration=stats_configuration(schema))
+                            configuration=_configuration(schema, properties))
             self._allow_ntz(DeltaTable(str(path)), schema)
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
@@ -75,6 +79,29 @@ class DeltaRsWrites:
             if schema_mode == "merge":
                 self._allow_ntz(table, schema)
             append_with_delta_rs(table, batches, schema, schema_mode=schema_mode)
+        if small:
+            self._pack_if_due(path)
+
+    def _pack_if_due(self, path: str) -> None:
+        """Every small append adds a file, and each commit to a table costs more the more
+        files it has (a run following the binlog appends to bronze and state every few
+        seconds, for days): after PACK_AFTER small appends from this process, the table's
+        small files are bin-packed into files of up to PACKED_FILE_BYTES (an OPTIMIZE commit:
+        no row changes). A pack that fails (another writer removed a file meanwhile) is
+        tried again at the next append."""
+        with self._lock:
+            appends = self._small_appends[str(path)] = self._small_appends.get(str(path), 0) + 1
+        if not tables.pack_due(appends):
+            return
+        with self._table(path) as table:
+            try:
+                table.optimize.compact(target_size=tables.PACKED_FILE_BYTES,
+                                       writer_properties=writer_properties())
+            except Exception as exc:  # noqa: BLE001 - a conflict: the next append tries again
+                log.debug("%s: small files not packed (%s)", path, exc)
+                return
+        with self._lock:
+            self._small_appends[str(path)] = 0
 
     def _append_files(self, path: str, batches: Iterable[pa.RecordBatch],
                       schema: pa.Schema) -> None:
@@ -268,6 +295,7 @@ class DeltaRsTables(DeltaRsWrites):
         self._local = threading.local()  # .refreshed: the paths `pinned` brought up to date
         # (path, columns) -> (schema, {data file: its rows}): `read_arrow(each_file_once=True)`
         self._files_read: dict[tuple, tuple[pa.Schema, dict[str, pa.Table]]] = {}
+        self._small_appends: dict[str, int] = {}  # path -> small appends since its last pack
 
     @contextmanager
     def pinned(self):

@@ -10,6 +10,7 @@ the only place that knows their JSON form (docs/architecture.md, "State"):
 - `ResnapshotEntry` ("resnapshot", "<db.table>"): a source table read again while the pipeline
   runs (requested, then prepared: capture keeps its changes after `start`);
 - `RunEntry`     ("run", "last"): the last run and its outcome;
+- `MaintainEntry` ("maintain", "last"): when the target was last maintained;
 - `OwnerEntry`   ("pipeline", "owner"): the pipeline this target belongs to;
 - `FormatEntry`  ("format", "state"): the highest state format that wrote here (FORMAT).
 Several entries written together land in one Delta commit: they change together or not at all.
@@ -36,6 +37,7 @@ import pyarrow as pa
 
 from cdc_sql.errors import StateError, is_transient
 from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.tables import LOG_TABLE
 from cdc_sql.source.offsets import Position
 from cdc_sql.source.splits import Split
 
@@ -281,6 +283,21 @@ class RunEntry(Entry):
 
 
 @dataclass(frozen=True)
+class MaintainEntry(Entry):
+    """The target's maintenance (ops/maintain.py): when it was last maintained, or, on a
+    target never maintained, when a run first found no entry (`done` false). The next
+    maintenance is counted from `at` (UTC, ISO 8601)."""
+
+    kind: ClassVar[str] = "maintain"
+    at: str = ""
+    done: bool = True
+
+    @property
+    def name(self) -> str:
+        return "last"
+
+
+@dataclass(frozen=True)
 class OwnerEntry(Entry):
     """The pipeline that writes this target."""
 
@@ -313,8 +330,8 @@ class FormatEntry(Entry):
 
 
 KINDS: dict[str, type[Entry]] = {c.kind: c for c in (SplitEntry, TableEntry, CaptureEntry,
-                                                     ResnapshotEntry, RunEntry, OwnerEntry,
-                                                     FormatEntry)}
+                                                     ResnapshotEntry, RunEntry, MaintainEntry,
+                                                     OwnerEntry, FormatEntry)}
 
 
 @dataclass
@@ -353,6 +370,10 @@ class Checkpoint:
     @property
     def last_run(self) -> RunEntry | None:
         return self.entries.get(("run", "last"))  # type: ignore[return-value]
+
+    @property
+    def maintained(self) -> MaintainEntry | None:
+        return self.entries.get(("maintain", "last"))  # type: ignore[return-value]
 
     def table(self, name: str) -> TableEntry | None:
         return self.entries.get(("table", name))  # type: ignore[return-value]
@@ -429,20 +450,31 @@ class State:
         self._last_seq = 0
         self._lock = threading.Lock()
         self._format_written = False
+        # The (kind, name) the log holds, and how many of its rows a newer one supersedes:
+        # known once loaded (None before), kept up to date by every write.
+        self._names: set[tuple[str, str]] | None = None
+        self.superseded = 0
+        self._created = False
 
     def load(self) -> Checkpoint:
         if not self.lake.tables.exists(self.path):
+            with self._lock:
+                self._names, self.superseded = set(), 0
             return Checkpoint()
-        try:
-            rows = self.lake.tables.read_arrow(self.path, ["kind", "name", "value", "seq"],
-                                               each_file_once=True)
+        try:  # every column: compact() then reads no file again
+            rows = self.lake.tables.read_arrow(self.path, each_file_once=True)
         except Exception as exc:  # noqa: BLE001 - delta-rs, Arrow, the engine: all say "cannot"
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             error = StateError(f"the checkpoint {self.path} cannot be read ({text[:200]}): if "
                                f"its storage is reachable, {DAMAGED}")
             error.transient = is_transient(None, text)
             raise error from None
-        return decode_rows(rows.to_pylist(), self.path)
+        listed = rows.select(["kind", "name", "value", "seq"]).to_pylist()
+        checkpoint = decode_rows(listed, self.path)
+        with self._lock:
+            self._names = {(row["kind"], row["name"]) for row in listed}
+            self.superseded = len(listed) - len(self._names)
+        return checkpoint
 
     def write(self, *entries: Entry) -> None:
         """Append entries in one commit; `seq` orders them across runs and threads."""
@@ -454,21 +486,38 @@ class State:
             if not self._format_written:  # with this run's first commit
                 entries, self._format_written = (FormatEntry(), *entries), True
             for entry in entries:
+                if self._names is not None:
+                    self.superseded += (entry.kind, entry.name) in self._names
+                    self._names.add((entry.kind, entry.name))
                 self._last_seq = max(time.time_ns(), self._last_seq + 1)
                 rows.append({"kind": entry.kind, "name": entry.name,
                              "value": json.dumps(entry.to_json(), sort_keys=True),
                              "seq": self._last_seq, "run_id": self.run_id, "written_at": now})
         table = pa.Table.from_pylist(rows, schema=STATE_SCHEMA)
+        if not self._created:  # a table committed to for days: a short log (tables.LOG_TABLE)
+            self.lake.tables.create_arrow_table(self.path, STATE_SCHEMA, LOG_TABLE)
+            self._created = True
         self.lake.tables.append_arrow(self.path, table.to_batches(), STATE_SCHEMA)
+
+    def compact_if_due(self) -> int:
+        """Compact the log once COMPACT_AT of its rows are superseded (`compaction_due`):
+        loads read every row, and each commit adds a file. Called by a run where no other
+        thread of it writes state (the capture writer after a commit, the runner between
+        passes), so a run following the binlog for days commits as fast as on its first
+        day. Returns the entries dropped."""
+        if self._names is None or not compaction_due(self.superseded):
+            return 0
+        return self.compact()
 
     def compact(self) -> int:
         """Rewrite the log to its newest entry per (kind, name), in one commit; returns the
-        entries dropped. Loads read the whole log, so this keeps them fast (maintain). Only
-        the entries read are replaced (`seq` up to the last read): an entry another command
-        appends meanwhile (`cdc-sql resnapshot` takes no lease) stays."""
+        entries dropped. Loads read the whole log, so this keeps them fast (maintain, and
+        runs: compact_if_due). Only the entries read are replaced (`seq` up to the last
+        read): an entry another command appends meanwhile (`cdc-sql resnapshot` takes no
+        lease) stays. No entry changes: a kill before or after its one commit is the same."""
         if not self.lake.tables.exists(self.path):
             return 0
-        table = self.lake.tables.read_arrow(self.path)
+        table = self.lake.tables.read_arrow(self.path, each_file_once=True)
         newest: dict[tuple[str, str], dict] = {}
         for row in sorted(table.to_pylist(), key=lambda r: r["seq"]):
             newest[(row["kind"], row["name"])] = row
@@ -476,4 +525,17 @@ class State:
                                     schema=STATE_SCHEMA)
         last = max(table.column("seq").to_pylist(), default=0)
         self.lake.tables.replace_rows(self.path, kept, STATE_SCHEMA, f"seq <= {int(last)}")
+        with self._lock:
+            self._names, self.superseded = set(newest), 0
         return table.num_rows - kept.num_rows
+
+
+# Superseded state rows at which a run compacts the log: each load reads the rows, and a
+# commit costs more the more files the table has (docs/performance.md, "Commits that stay
+# cheap through a long run"); a compaction reads and writes the log once.
+COMPACT_AT = 400
+
+
+def compaction_due(superseded: int) -> bool:
+    """Whether a log with this many superseded rows is compacted now."""
+    return superseded >= COMPACT_AT

@@ -47,6 +47,14 @@ OWN_MERGE = "cdc-sql: merge"
 _OWN_MERGE_GUARDS = ("_cdc_offset", "_cdc_valid_from")
 STATS_COLUMNS = 32  # Delta's default number of columns with file statistics
 SMALL_APPEND = 2**20  # a list of batches of fewer bytes is appended by delta-rs's writer
+# The tables a run commits to every few seconds for days (bronze, state) keep 10 seconds of
+# their log past its last checkpoint, not Delta's 30 days: each commit lists the log (all of
+# it on a local disk or Azure, which list from no offset), and nothing reads these tables at
+# an earlier version. delta-rs removes what expired at each checkpoint (docs/performance.md,
+# "Commits that stay cheap through a long run").
+LOG_TABLE = {"delta.logRetentionDuration": "interval 10 seconds"}
+PACK_AFTER = 100  # small appends from one process after which a table's small files are packed
+PACKED_FILE_BYTES = 16 * 2**20  # ... into files of up to this size (files this big stay)
 STATS_PREFIX = 64  # characters of a string bound kept in file statistics (delta-rs's default)
 COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
 WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly",  # delta-rs writes these,
@@ -76,7 +84,8 @@ class TableOps(Protocol):
     def version(self, path: str) -> int | None: ...
     def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None: ...
     def schema(self, path: str) -> pa.Schema: ...
-    def create_arrow_table(self, path: str, schema: pa.Schema) -> None: ...
+    def create_arrow_table(self, path: str, schema: pa.Schema,
+                           properties: dict | None = None) -> None: ...
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch],
                      schema: pa.Schema, schema_mode: str | None = None) -> None: ...
     def read_arrow(self, path: str, columns: list[str] | None = None,
@@ -115,6 +124,12 @@ class TableOps(Protocol):
                       schema: pa.Schema) -> None: ...
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
                       columns: list[str]) -> None: ...
+
+
+def pack_due(small_appends: int) -> bool:
+    """Whether a table that took this many small appends since its last pack is packed now
+    (DeltaRsTables.append_arrow)."""
+    return small_appends >= PACK_AFTER
 
 
 def clustered(files: list[tuple] | None, target_bytes: int = 0) -> bool:

@@ -22,18 +22,32 @@ from cdc_sql.config import layout
 from cdc_sql.errors import StateError
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
-from cdc_sql.lake.state import State, check_owner
+from cdc_sql.lake.state import MaintainEntry, State, check_owner
+from cdc_sql.lake.tables import LOG_TABLE
 from cdc_sql.source.offsets import Offset
 
 log = logging.getLogger("cdc_sql")
+
+
+def due(last: MaintainEntry | None, every_hours: float, now: dt.datetime) -> bool:
+    """Whether a run maintains the target now: `every_hours` (target.maintain_every_hours, 0:
+    never) have passed since the last maintenance, or since a run first found none."""
+    if every_hours <= 0 or last is None:
+        return False
+    try:
+        at = dt.datetime.fromisoformat(last.at)
+    except ValueError:  # not a time (written by hand): a maintenance writes one again
+        return True
+    at = at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)
+    return now - at >= dt.timedelta(hours=every_hours)
 
 
 def maintain(engine, pipeline, retention_hours: float | None = None,
              now: dt.datetime | None = None) -> dict:
     lake = Lake.open(engine, pipeline.root)
     retention = pipeline.target.retention_hours if retention_hours is None else retention_hours
-    cutoff = ((now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(hours=retention)) \
-        .isoformat(sep=" ", timespec="microseconds")
+    now = now or dt.datetime.now(dt.timezone.utc)
+    cutoff = (now - dt.timedelta(hours=retention)).isoformat(sep=" ", timespec="microseconds")
     state = State(lake)
     checkpoint = state.load()
     check_owner(checkpoint, pipeline.name, lake.root)
@@ -64,6 +78,9 @@ def maintain(engine, pipeline, retention_hours: float | None = None,
 
     paths = [lake.statements_path, *(lake.changes_path(*s.split(".", 1)) for s in sources),
              *(lake.snapshot_path(*s.split(".", 1)) for s in sources), state.path]
+    for path in paths:  # bronze and state of a target created before they kept a short log
+        if lake.tables.exists(path) and _log_kept_long(lake, path):
+            lake.tables.set_properties(path, LOG_TABLE)
     kept = []
     for spec in pipeline.tables:
         if not lake.tables.exists(lake.silver_path(spec.name)) or tables[spec.name] is None:
@@ -90,9 +107,19 @@ def maintain(engine, pipeline, retention_hours: float | None = None,
                 path, retention, compact=path not in clustered)
     # Compaction commits new silver versions with the same rows: record them as ours.
     state.write(*(dataclasses.replace(tables[spec.name], **owned_versions(lake, spec))
-                  for spec in kept))
+                  for spec in kept), MaintainEntry(at=now.isoformat()))
     log.info("maintain: %s", report)
     return report
+
+
+def _log_kept_long(lake: Lake, path: str) -> bool:
+    """Whether a bronze or state table lacks tables.LOG_TABLE; False where the engine cannot
+    say (Sail 0.7 has no DESCRIBE DETAIL: its tables are left as they are)."""
+    try:
+        return bool(LOG_TABLE.items() - lake.tables.properties(path).items())
+    except Exception as exc:  # noqa: BLE001 - the engine's own error, of a statement it lacks
+        log.debug("%s: table properties not read (%s)", path, exc)
+        return False
 
 
 def _offset(text: str) -> str:

@@ -17,6 +17,7 @@ engine_policy.py's to say.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import threading
 import time
@@ -28,8 +29,9 @@ from cdc_sql.errors import CdcError, TargetError, out_of_space, redacted
 from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan, cascade_warnings, silver_plans
-from cdc_sql.lake.state import Checkpoint, OwnerEntry, RunEntry, State, check_owner
-from cdc_sql.ops import metrics
+from cdc_sql.lake.state import (Checkpoint, MaintainEntry, OwnerEntry, RunEntry, State,
+                                check_owner)
+from cdc_sql.ops import maintain, metrics
 from cdc_sql.run import capture_phase, engine_policy, resume, snapshot_phase
 from cdc_sql.run.context import Run
 from cdc_sql.run.merge_phase import MergePhase, Seen
@@ -136,6 +138,9 @@ class Runner:
         seen, merger = Seen(), MergePhase(self.phases)
         while not self.stop.is_set():
             checkpoint = self.state.load()
+            if self._maintain_if_due(checkpoint):
+                checkpoint = self.state.load()
+            self.state.compact_if_due()  # no phase writes state now
             if resnapshot.pending(checkpoint) or resnapshot.ranges_pending(checkpoint):
                 # asked for while this run follows
                 with summary.timed("snapshot"):
@@ -167,6 +172,18 @@ class Runner:
             if until_caught_up or self.stop.wait(poll_seconds):
                 break
             view = self._refresh_end(view)
+
+    def _maintain_if_due(self, checkpoint: Checkpoint) -> bool:
+        """Between two passes, what `cdc-sql maintain` does, once target.maintain_every_hours
+        have passed since the last maintenance (a run following the binlog holds the lease
+        `maintain` would need): prune bronze silver has applied, cluster, compact, vacuum."""
+        if not maintain.due(checkpoint.maintained, self.pipeline.target.maintain_every_hours,
+                            dt.datetime.now(dt.timezone.utc)):
+            return False
+        log.info("maintaining the target (target.maintain_every_hours: %s)",
+                 self.pipeline.target.maintain_every_hours)
+        maintain.maintain(self.lake.engine, self.pipeline)
+        return True
 
     def _record(self, entry: RunEntry, batches: list[Batch]) -> None:
         """The run's outcome into state and metrics, never hiding the run's own error."""
@@ -206,9 +223,13 @@ class Runner:
         tables.each(lambda table: bronze.ensure_changes_table(self.lake, table), missing)
 
     def _claim_target(self, checkpoint: Checkpoint) -> None:
+        """The pipeline's name on the target, and the time its maintenance is counted from,
+        if not there yet."""
         check_owner(checkpoint, self.pipeline.name, self.lake.root)
-        if checkpoint.owner is None:
-            self.state.write(OwnerEntry(pipeline=self.pipeline.name, file=str(self.pipeline.file)))
+        claims = [OwnerEntry(pipeline=self.pipeline.name, file=str(self.pipeline.file))
+                  if checkpoint.owner is None else None,
+                  MaintainEntry(at=now(), done=False) if checkpoint.maintained is None else None]
+        self.state.write(*filter(None, claims))
 
     def _refresh_end(self, view: SourceView) -> SourceView:
         with mysql.cursor(self.pipeline.source) as cur:

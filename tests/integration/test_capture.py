@@ -131,6 +131,36 @@ def test_small_transactions_land_whole_and_each_batch_ends_at_a_boundary(
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
 
 
+def test_a_long_capture_compacts_state_as_it_goes(mariadb, database, engine, make_pipeline,
+                                                  monkeypatch):
+    """Each batch makes two state commits, and a Delta commit costs more the more files the
+    table has: a capture pass compacts the state log as it goes (COMPACT_AT lowered to 10
+    here), and what state records stays whole: capture stands at the source's end, silver
+    equals the source."""
+    from cdc_sql.lake import state as state_module
+
+    monkeypatch.setattr(state_module, "COMPACT_AT", 10)
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t", binlog_batch_rows=4,
+                             binlog_batch_seconds=3600)
+    run(pipeline, engine)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        for i in range(60):  # transactions of 4 changes, a batch each: 120 state commits
+            cur.execute("INSERT INTO t VALUES (%s, %s), (%s, %s)", (2 * i, i, 2 * i + 1, i))
+            cur.execute("UPDATE t SET v = v + 1 WHERE id = %s", (2 * i,))
+            cur.execute("DELETE FROM t WHERE id = %s", (2 * i + 1,))
+            conn.commit()
+    end = binlog_end(mariadb)
+    run(pipeline, engine)
+    log = DeltaTable(f"{pipeline.root}/_state/checkpoint")
+    compactions = [c for c in log.history()
+                   if "predicate" in c.get("operationParameters", {})]
+    assert len(compactions) >= 8, compactions
+    assert len(log.file_uris()) <= 12  # 120 without compaction
+    assert checkpoint(engine, pipeline).capture.offset >= end
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
+
+
 def test_sigkill_during_capture_keeps_every_event_exactly_once(mariadb, database, engine,
                                                                 make_pipeline):
     rng = random.Random(int(os.environ.get("CDC_SQL_SEED", "5")))

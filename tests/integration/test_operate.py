@@ -5,6 +5,8 @@ import pytest
 from chispa import assert_df_equality
 
 from cdc_sql.errors import StateError
+from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.tables import LOG_TABLE
 from cdc_sql.ops.maintain import maintain
 from cdc_sql.ops.verify import compare_table
 from tests.integration.helpers import run, silver_path, state_log
@@ -49,6 +51,9 @@ def test_maintain_prunes_and_compacts_without_changing_silver(
     before = _silver(engine, pipeline).toPandas()
     bronze_files = _files(root / "bronze")
     entries = len(state_log(root))
+    lake = Lake.open(engine, str(root))
+    changes = f"{root}/bronze/_changes/{orders}.o"  # as a target made before LOG_TABLE had it
+    lake.tables.set_properties(changes, {"delta.logRetentionDuration": "interval 30 days"})
 
     report = maintain(engine, pipeline, retention_hours=0)
 
@@ -63,10 +68,39 @@ def test_maintain_prunes_and_compacts_without_changing_silver(
     assert bronze_files - left and len(left) < len(bronze_files)  # pruned files left the disk
     assert len(state_log(root)) < entries
     assert report["skipped"] == []
+    assert lake.tables.properties(changes).items() >= LOG_TABLE.items()
     # the pipeline goes on as before, and silver still equals the source
     mariadb.execute("UPDATE o SET note = 'after' WHERE id <= 10", db=orders)
     run(pipeline, engine)
     assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
+
+
+def test_a_run_maintains_the_target_once_maintain_every_hours_have_passed(
+        orders, mariadb, make_pipeline, engine):
+    """A run following the binlog holds the lease `cdc-sql maintain` needs, so a run
+    maintains the target itself, between two passes, once target.maintain_every_hours have
+    passed since the last maintenance (on a target never maintained: since its first run)."""
+    import time
+
+    from tests.integration.helpers import checkpoint
+
+    pipeline = make_pipeline(f"- name: o\n  source: {orders}.o",
+                             target={"maintain_every_hours": 0.0004, "retention_hours": 0})
+    run(pipeline, engine)
+    counted_from = checkpoint(engine, pipeline).maintained
+    assert counted_from is not None and not counted_from.done  # the clock starts
+    root = pipeline.root
+    assert engine.read(f"{root}/bronze/_snapshot/{orders}.o").count() == 3000
+    time.sleep(1.5)  # 0.0004 hours
+    mariadb.execute("UPDATE o SET note = 'later' WHERE id <= 10", db=orders)
+
+    run(pipeline, engine)  # maintains first: the snapshot's bronze rows are pruned
+    maintained = checkpoint(engine, pipeline).maintained
+    assert maintained.done and maintained.at > counted_from.at
+    assert engine.read(f"{root}/bronze/_snapshot/{orders}.o").count() == 0
+    assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
+    run(pipeline, engine)  # not due again yet
+    assert checkpoint(engine, pipeline).maintained == maintained
 
 
 def test_a_silver_table_changed_by_hand_is_reported_not_merged_over(

@@ -46,3 +46,61 @@ def test_large_change_commits_are_written_here_and_new_columns_by_delta_rs(tmp_p
     assert sum(bound is not None for bound in timestamp_bounds()) == 1  # delta-rs's file
     rows = DeltaTable(path).to_pyarrow_table()
     assert rows.num_rows == 20_000 and "n" in rows.column_names
+
+
+def test_small_appends_are_packed_so_commits_stay_cheap(tmp_path, monkeypatch):
+    """A run following the binlog appends a few changes to bronze every few seconds, and a
+    commit costs more the more files the table has: after PACK_AFTER small appends a table's
+    small files are packed (an OPTIMIZE commit), rows unchanged, and a file of
+    PACKED_FILE_BYTES stays as it is."""
+    from cdc_sql.lake import tables
+
+    monkeypatch.setattr(tables, "PACK_AFTER", 10)
+    lake = Lake.open(engines.start("sail"), str(tmp_path))  # the engine is never started
+    bronze.ensure_changes_table(lake, SOURCE)
+    path = lake.changes_path("db", "t")
+    schema = bronze.changes_schema(SOURCE)
+    bronze.append_changes(lake, SOURCE, [changes(schema, 0, 200_000)])  # one large file
+    large = set(DeltaTable(path).file_uris())
+    monkeypatch.setattr(tables, "PACKED_FILE_BYTES", 2 * 2**20)
+    for low in range(200_000, 200_035):
+        bronze.append_changes(lake, SOURCE, [changes(schema, low, 1)])
+    table = DeltaTable(path)
+    assert [c["operation"] for c in table.history()].count("OPTIMIZE") == 3
+    assert large <= set(table.file_uris())  # past PACKED_FILE_BYTES: left alone
+    assert len(table.file_uris()) == len(large) + 1 + 5  # three packs made one file, 5 since
+    offsets = table.to_pyarrow_table(columns=["_cdc_offset"])["_cdc_offset"].to_pylist()
+    assert sorted(offsets) == [f"000001:{i:012d}:000000" for i in range(200_035)]
+
+
+def test_packing_is_due_after_PACK_AFTER_small_appends():
+    from cdc_sql.lake.tables import PACK_AFTER, pack_due
+
+    assert not pack_due(0) and not pack_due(PACK_AFTER - 1)
+    assert pack_due(PACK_AFTER) and pack_due(PACK_AFTER + 1)
+
+
+def test_bronze_and_state_keep_a_short_log(tmp_path):
+    """Every commit lists the table's log (on a local disk or Azure, the whole of it), so the
+    tables a run commits to every few seconds for days keep tables.LOG_TABLE's minute of it
+    past the last checkpoint; delta-rs removes what expired at each checkpoint."""
+    import os
+
+    from cdc_sql.lake.state import CaptureEntry, State
+    from cdc_sql.lake.tables import LOG_TABLE
+
+    lake = Lake.open(engines.start("sail"), str(tmp_path))  # the engine is never started
+    bronze.ensure_changes_table(lake, SOURCE)
+    bronze.ensure_statements_table(lake)
+    State(lake).write(CaptureEntry("binlog.000001:4"))
+    for path in (lake.changes_path("db", "t"), lake.statements_path, lake.state_path):
+        assert DeltaTable(path).metadata().configuration.items() >= LOG_TABLE.items(), path
+
+    path = str(tmp_path / "expiring")  # what that setting does, at once
+    lake.tables.create_arrow_table(path, pa.schema([("a", pa.int64())]),
+                                   {"delta.logRetentionDuration": "interval 0 seconds"})
+    for i in range(250):
+        lake.tables.append_arrow(path, [pa.record_batch([pa.array([i])], names=["a"])],
+                                 pa.schema([("a", pa.int64())]))
+    assert len([f for f in os.listdir(f"{path}/_delta_log") if f.endswith(".json")]) <= 60
+    assert sorted(DeltaTable(path).to_pyarrow_table()["a"].to_pylist()) == list(range(250))

@@ -161,3 +161,39 @@ def test_compaction_keeps_an_entry_another_command_appends_meanwhile(tmp_path, m
     checkpoint = local_state(tmp_path).load()
     assert checkpoint.capture.position == "binlog.000001:8"
     assert [(s.source_table, s.split_id) for s in checkpoint.all_splits()] == [("db.t", 0)]
+
+
+def test_a_run_compacts_the_log_once_enough_rows_are_superseded(tmp_path, monkeypatch):
+    """Every state commit adds a file, and a commit costs more the more files a table has:
+    a run compacts the log once COMPACT_AT rows are superseded, counted from its load and
+    kept by every write (new names supersede nothing)."""
+    from cdc_sql.lake import state as state_module
+
+    monkeypatch.setattr(state_module, "COMPACT_AT", 3)
+    state = local_state(tmp_path)
+    assert state.compact_if_due() == 0  # not loaded: nothing known, nothing done
+    state.load()
+    state.write(CaptureEntry("binlog.000001:4"), SplitEntry(source_table="db.t", split_id=0))
+    state.write(SplitEntry(source_table="db.t", split_id=1))
+    for position in (8, 12):
+        state.write(CaptureEntry(f"binlog.000001:{position}"))
+    assert state.superseded == 2 and state.compact_if_due() == 0
+    state.write(CaptureEntry("binlog.000001:16"))
+    assert state.compact_if_due() == 3  # the three older capture entries
+    assert state.superseded == 0 and state.compact_if_due() == 0
+    checkpoint = state.load()
+    assert checkpoint.capture.position == "binlog.000001:16"
+    assert len(checkpoint.all_splits()) == 2
+
+    state.write(CaptureEntry("binlog.000001:20"))
+    again = local_state(tmp_path)  # the next run counts what the log holds
+    again.load()
+    assert again.superseded == 1
+
+
+@pytest.mark.parametrize("superseded, due", [(0, False), (1, False), (399, False),
+                                             (400, True), (10**6, True)])
+def test_compaction_is_due_from_COMPACT_AT_superseded_rows(superseded, due):
+    from cdc_sql.lake.state import compaction_due
+
+    assert compaction_due(superseded) is due
