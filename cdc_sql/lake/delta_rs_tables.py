@@ -83,9 +83,9 @@ class DeltaRsWrites:
             self._pack_if_due(path)
 
     def _pack_if_due(self, path: str) -> None:
-        """Every small append adds a file, and each commit to a table costs more the more
-        files it has (a run following the binlog appends to bronze and state every few
-        seconds, for days): after PACK_AFTER small appends from this process, the table's
+        """Every small append adds a file (a run following the binlog appends to bronze and
+        state every few seconds, for days), and a table of many small files is slower to
+        commit to and to read: after PACK_AFTER small appends from this process, the table's
         small files are bin-packed into files of up to PACKED_FILE_BYTES (an OPTIMIZE commit:
         no row changes). A pack that fails (another writer removed a file meanwhile) is
         tried again at the next append."""

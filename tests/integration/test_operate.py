@@ -80,26 +80,32 @@ def test_a_run_maintains_the_target_once_maintain_every_hours_have_passed(
     """A run following the binlog holds the lease `cdc-sql maintain` needs, so a run
     maintains the target itself, between two passes, once target.maintain_every_hours have
     passed since the last maintenance (on a target never maintained: since its first run)."""
-    import time
+    import datetime as dt
 
+    from cdc_sql.lake.state import MaintainEntry, State
     from tests.integration.helpers import checkpoint
 
     pipeline = make_pipeline(f"- name: o\n  source: {orders}.o",
-                             target={"maintain_every_hours": 0.0004, "retention_hours": 0})
+                             target={"maintain_every_hours": 1, "retention_hours": 0})
     run(pipeline, engine)
     counted_from = checkpoint(engine, pipeline).maintained
     assert counted_from is not None and not counted_from.done  # the clock starts
     root = pipeline.root
     assert engine.read(f"{root}/bronze/_snapshot/{orders}.o").count() == 3000
-    time.sleep(1.5)  # 0.0004 hours
-    mariadb.execute("UPDATE o SET note = 'later' WHERE id <= 10", db=orders)
+    run(pipeline, engine)  # within the hour: no maintenance
+    assert checkpoint(engine, pipeline).maintained == counted_from
+    assert engine.read(f"{root}/bronze/_snapshot/{orders}.o").count() == 3000
 
+    two_hours_ago = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2)
+    State(Lake.open(engine, str(root))).write(
+        MaintainEntry(at=two_hours_ago.isoformat(), done=False))  # as if counted from then
+    mariadb.execute("UPDATE o SET note = 'later' WHERE id <= 10", db=orders)
     run(pipeline, engine)  # maintains first: the snapshot's bronze rows are pruned
     maintained = checkpoint(engine, pipeline).maintained
-    assert maintained.done and maintained.at > counted_from.at
+    assert maintained.done and maintained.at > two_hours_ago.isoformat()
     assert engine.read(f"{root}/bronze/_snapshot/{orders}.o").count() == 0
     assert compare_table(engine, pipeline, pipeline.tables[0]) == ""
-    run(pipeline, engine)  # not due again yet
+    run(pipeline, engine)  # not due again
     assert checkpoint(engine, pipeline).maintained == maintained
 
 
