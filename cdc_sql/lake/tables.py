@@ -51,8 +51,11 @@ SMALL_APPEND = 2**20  # a list of batches of fewer bytes is appended by delta-rs
 # their log past its last checkpoint, not Delta's 30 days: each commit lists the log (all of
 # it on a local disk or Azure, which list from no offset), and nothing reads these tables at
 # an earlier version. delta-rs removes what expired at each checkpoint (docs/performance.md,
-# "Commits that stay cheap through a long run").
-LOG_TABLE = {"delta.logRetentionDuration": "interval 10 seconds"}
+# "Commits that stay cheap through a long run"). Delta Spark refuses a log retention shorter
+# than the removed files' (7 days by default), which only a plain VACUUM (maintain names its
+# own retention) and readers of earlier versions go by.
+LOG_TABLE = {"delta.logRetentionDuration": "interval 10 seconds",
+             "delta.deletedFileRetentionDuration": "interval 10 seconds"}
 PACK_AFTER = 100  # small appends from one process after which a table's small files are packed
 PACKED_FILE_BYTES = 16 * 2**20  # ... into files of up to this size (files this big stay)
 STATS_PREFIX = 64  # characters of a string bound kept in file statistics (delta-rs's default)
