@@ -50,9 +50,9 @@ def test_large_change_commits_are_written_here_and_new_columns_by_delta_rs(tmp_p
 
 def test_small_appends_are_packed_so_commits_stay_cheap(tmp_path, monkeypatch):
     """A run following the binlog appends a few changes to bronze every few seconds, and a
-    commit costs more the more files the table has: after PACK_AFTER small appends a table's
-    small files are packed (an OPTIMIZE commit), rows unchanged, and a file of
-    PACKED_FILE_BYTES stays as it is."""
+    table of many small files is slower to commit to and to read: after PACK_AFTER small
+    appends a table's small files are packed (an OPTIMIZE commit), rows unchanged, and a file
+    of PACKED_FILE_BYTES stays as it is."""
     from cdc_sql.lake import tables
 
     monkeypatch.setattr(tables, "PACK_AFTER", 10)
@@ -82,7 +82,7 @@ def test_packing_is_due_after_PACK_AFTER_small_appends():
 
 def test_bronze_and_state_keep_a_short_log(tmp_path):
     """Every commit lists the table's log (on a local disk or Azure, the whole of it), so the
-    tables a run commits to every few seconds for days keep tables.LOG_TABLE's minute of it
+    tables a run commits to every few seconds for days keep tables.LOG_TABLE's 10 seconds of it
     past the last checkpoint; delta-rs removes what expired at each checkpoint."""
     import os
 

@@ -164,8 +164,8 @@ def test_compaction_keeps_an_entry_another_command_appends_meanwhile(tmp_path, m
 
 
 def test_a_run_compacts_the_log_once_enough_rows_are_superseded(tmp_path, monkeypatch):
-    """Every state commit adds a file, and a commit costs more the more files a table has:
-    a run compacts the log once COMPACT_AT rows are superseded, counted from its load and
+    """Every state commit adds rows each load reads, and a file: a run compacts the log
+    once COMPACT_AT rows are superseded, counted from its load and
     kept by every write (new names supersede nothing)."""
     from cdc_sql.lake import state as state_module
 
