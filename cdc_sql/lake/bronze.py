@@ -90,9 +90,10 @@ def tag_split_rows(table: SourceTable, batches: Iterable[pa.RecordBatch], attemp
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def ensure_snapshot_table(lake: Lake, table: SourceTable) -> None:
-    lake.tables.create_arrow_table(lake.snapshot_path(table.db, table.name),
-                                   snapshot_schema(table), LOG_TABLE)
+def ensure_snapshot_table(lake: Lake, table: SourceTable) -> bool:
+    """Whether the table was created (empty) now."""
+    return lake.tables.create_arrow_table(lake.snapshot_path(table.db, table.name),
+                                          snapshot_schema(table), LOG_TABLE)
 
 
 def reset(lake: Lake, table: SourceTable) -> None:
@@ -125,8 +126,12 @@ def append_changes(lake: Lake, table: SourceTable, batches: list[pa.RecordBatch]
     """One commit of a table's change rows; the table's columns follow the batches' (a column
     the source added is added, a narrower one is cast up, a widened one widens bronze first)."""
     path = lake.changes_path(table.db, table.name)
-    current = lake.tables.schema(path) if lake.tables.exists(path) else changes_schema(table)
-    target = _merged_schema(current, [b.schema for b in batches], table)
+    with lake.tables.pinned():  # capture alone writes it: one look at its log, not two
+        current = lake.tables.schema(path) if lake.tables.exists(path) else changes_schema(table)
+        target = _merged_schema(current, [b.schema for b in batches], table)
+        if target == current and lake.tables.exists(path):
+            lake.tables.append_arrow(path, [_conform(b, target) for b in batches], target)
+            return
     if target != current and lake.tables.exists(path):
         widened = {f.name: f.type for f in target if f.name in current.names and
                    current.field(f.name).type != f.type}
@@ -135,9 +140,8 @@ def append_changes(lake: Lake, table: SourceTable, batches: list[pa.RecordBatch]
             from pyspark.sql.pandas.types import from_arrow_type
 
             lake.tables.reshape(path, {n: from_arrow_type(t) for n, t in widened.items()}, [])
-    same = target == current and lake.tables.exists(path)
     lake.tables.append_arrow(path, [_conform(b, target) for b in batches], target,
-                             schema_mode=None if same else "merge")
+                             schema_mode="merge")
 
 
 def _engine_started(lake: Lake) -> None:

@@ -35,6 +35,10 @@ def _configuration(schema: pa.Schema, properties: dict | None) -> dict | None:
     return {**(stats_configuration(schema) or {}), **(properties or {})} or None
 
 
+def _ntz(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_timestamp(arrow_type) and arrow_type.tz is None
+
+
 def _df_quote(name: str) -> str:
     """An identifier in delta-rs (DataFusion) SQL."""
     return '"' + name.replace('"', '""') + '"'
@@ -45,13 +49,16 @@ class DeltaRsWrites:
     clustering, merging (through its open tables, `_table`)."""
 
     def create_arrow_table(self, path: str, schema: pa.Schema,
-                           properties: dict | None = None) -> None:
+                           properties: dict | None = None) -> bool:
         from deltalake import DeltaTable, write_deltalake
 
-        if not self.exists(path):
-            write_deltalake(str(path), schema.empty_table(), mode="append",
-                            configuration=_configuration(schema, properties))
+        if self.exists(path):
+            return False
+        write_deltalake(str(path), schema.empty_table(), mode="append",
+                        configuration=_configuration(schema, properties))
+        if any(_ntz(f.type) for f in schema):
             self._allow_ntz(DeltaTable(str(path)), schema)
+        return True
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
@@ -212,8 +219,7 @@ class DeltaRsWrites:
         """delta-rs writes TIMESTAMP_NTZ columns without declaring the table feature readers
         (Sail) require: declare it first."""
         declared = table.protocol().writer_features or []
-        if "timestampNtz" not in declared and \
-                any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in schema):
+        if "timestampNtz" not in declared and any(_ntz(f.type) for f in schema):
             from deltalake import TableFeatures
 
             table.alter.add_feature(TableFeatures.TimestampWithoutTimezone,
@@ -301,7 +307,10 @@ class DeltaRsTables(DeltaRsWrites):
     def pinned(self):
         """Within it, this thread brings each table up to date once, at its first use: for
         work that reads the same tables several times and alone writes them (through these
-        open tables, which follow their own commits)."""
+        open tables, which follow their own commits). Within another, it is that one."""
+        if getattr(self._local, "refreshed", None) is not None:
+            yield
+            return
         self._local.refreshed = set()
         try:
             yield

@@ -68,6 +68,11 @@ FILES_PER_CHANGE_BYTE = 2
 # a range's changes are held about three times over while merged (read, the last per key, the
 # join with each file), and the process holds capture's few hundred MB beside them.
 RANGE_BYTES = 64 * 2**20
+# Into a silver of at most this many Parquet bytes, rewriting its files costs half of
+# delta-rs's MERGE (whose planning is a fixed cost of milliseconds: a schema per tenant pays it
+# in every table; docs/performance.md, "Measurements behind the code"); past it delta-rs's
+# MERGE, on every core, is as quick or quicker.
+SMALL_SILVER_BYTES = 2**20
 # In an object store, past it, the engine writes silver's first version faster, on every core;
 # below it, a table costs delta-rs milliseconds where the engine takes a round trip or more
 # (docs/performance.md, "Measurements behind the code"). Local
@@ -144,14 +149,17 @@ def merger(changes_bytes: int, changes_rows: int, silver_bytes: int,
     """Which MERGE of `changes_rows` changes of `changes_bytes` (in Arrow) stays within
     MEMORY_BUDGET, when silver is `rewritable` by lake/file_merge.py (whose memory follows
     the changes, not silver: held whole with what it finds of each file, plus a row group
-    read and one written): "files" for rows of WIDE_ROW_BYTES or more; else "delta-rs" if it
-    `fits` (faster on a small silver, whose files it holds) and may (`delta_rs`); else
-    "files" again (a silver too large for delta-rs's MERGE); None when none does (the
-    engine's SQL). Pure."""
+    read and one written): "files" for rows of WIDE_ROW_BYTES or more, and into a silver of
+    SMALL_SILVER_BYTES or less (the quicker there); else "delta-rs" if it `fits` (faster on
+    a larger silver, whose files it holds) and may (`delta_rs`); else "files" again (a silver
+    too large for delta-rs's MERGE); None when none does (the engine's SQL). Pure."""
     wide = rewritable and changes_rows and changes_bytes >= WIDE_ROW_BYTES * changes_rows
     if wide:
         return "files" if changes_bytes + 2 * parquet_files.ROW_GROUP_BYTES <= MEMORY_BUDGET \
             else None
+    if rewritable and silver_bytes <= SMALL_SILVER_BYTES and \
+            files_bound(changes_bytes) <= MEMORY_BUDGET:
+        return "files"
     if delta_rs and fits(changes_bytes, silver_bytes):
         return "delta-rs"
     return "files" if rewritable and files_bound(changes_bytes) <= MEMORY_BUDGET else None

@@ -342,6 +342,9 @@ class Checkpoint:
     # split entries by source table (a thousand tables' windows must not scan every split)
     _splits: dict[str, dict[str, SplitEntry]] = field(default_factory=dict, repr=False,
                                                       compare=False)
+    # ... and re-snapshot requests (every table's window asks whether one is pending)
+    _resnapshots: dict[str, ResnapshotEntry] = field(default_factory=dict, repr=False,
+                                                     compare=False)
 
     def __post_init__(self) -> None:
         for entry in list(self.entries.values()):
@@ -353,6 +356,8 @@ class Checkpoint:
         self.entries[(entry.kind, entry.name)] = entry
         if isinstance(entry, SplitEntry):
             self._splits.setdefault(entry.source_table, {})[entry.name] = entry
+        elif isinstance(entry, ResnapshotEntry):
+            self._resnapshots[entry.name] = entry
 
     @property
     def format(self) -> int:
@@ -384,8 +389,7 @@ class Checkpoint:
                 if kind == "split" and not e.retired]  # type: ignore[attr-defined]
 
     def resnapshots(self) -> list[ResnapshotEntry]:
-        return [e for (kind, _), e in self.entries.items()  # type: ignore[misc]
-                if kind == "resnapshot"]
+        return list(self._resnapshots.values())
 
     def next_split_id(self, source_table: str) -> int:
         """An id no split of the table ever had (retired ones too): a range re-read's."""

@@ -51,9 +51,9 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
                   for t in pending_tables}
 
     def prepare(table: SourceTable) -> None:
-        bronze.ensure_snapshot_table(run.lake, table)
-        bronze.drop_unfinished(run.lake, table,
-                               [s.split_id for s in unfinished[table.qualified]])
+        if not bronze.ensure_snapshot_table(run.lake, table):  # a new one holds no rows
+            bronze.drop_unfinished(run.lake, table,
+                                   [s.split_id for s in unfinished[table.qualified]])
 
     tables.each(prepare, pending_tables)
     pending = [SplitGroup(table, group) for table in pending_tables for group in (

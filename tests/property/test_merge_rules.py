@@ -383,6 +383,8 @@ def in_process_merges(monkeypatch, way: str) -> list:
     from cdc_sql.lake import delta_rs_tables, file_merge, small_merge
 
     merges = []
+    if way == "delta-rs":  # into silver of any size (a small one is rewritten by default)
+        monkeypatch.setattr(small_merge, "SMALL_SILVER_BYTES", -1)
     if way == "ranges":
         monkeypatch.setattr(small_merge, "merger", lambda *_: None)
         monkeypatch.setattr(small_merge, "range_count", lambda *_: 5)

@@ -137,8 +137,9 @@ def test_rows_of_megabytes_are_merged_by_rewriting_files_within_the_budget():
 
     wide, mb = small_merge.WIDE_ROW_BYTES, 2**20
     assert small_merge.merger(175 * mb, 15, 15 * mb, rewritable=True) == "files"
-    assert small_merge.merger(wide * 100, 100, 0, rewritable=True) == "files"
-    assert small_merge.merger(wide * 100 - 1, 100, 0, rewritable=True) == "delta-rs"
+    larger = small_merge.SMALL_SILVER_BYTES + 1
+    assert small_merge.merger(wide * 100, 100, larger, rewritable=True) == "files"
+    assert small_merge.merger(wide * 100 - 1, 100, larger, rewritable=True) == "delta-rs"
     assert small_merge.merger(175 * mb, 15, 15 * mb, rewritable=False) == "delta-rs"
     # decimals wider than 64 bits: never delta-rs's MERGE (it writes their statistics wrong)
     assert small_merge.merger(mb, 15, mb, rewritable=True, delta_rs=False) == "files"
@@ -146,6 +147,23 @@ def test_rows_of_megabytes_are_merged_by_rewriting_files_within_the_budget():
     room = small_merge.MEMORY_BUDGET - 2 * ROW_GROUP_BYTES
     assert small_merge.merger(room, 1, 10**12, rewritable=True) == "files"
     assert small_merge.merger(room + 1, 1, 0, rewritable=True) is None  # the engine's SQL
+
+
+def test_windows_into_a_small_silver_are_merged_by_rewriting_files():
+    """Into a silver of SMALL_SILVER_BYTES or less, rewriting its files is the quicker (a
+    schema per tenant: thousands of small tables, each paying delta-rs's planning); past
+    it, delta-rs's MERGE; never where silver is not rewritable or the changes pass what a
+    rewrite may hold."""
+    from cdc_sql.lake import small_merge
+
+    small, kb = small_merge.SMALL_SILVER_BYTES, 2**10
+    assert small_merge.merger(kb, 10, 0, rewritable=True) == "files"
+    assert small_merge.merger(kb, 10, small, rewritable=True) == "files"
+    assert small_merge.merger(kb, 10, small + 1, rewritable=True) == "delta-rs"
+    assert small_merge.merger(kb, 10, small, rewritable=False) == "delta-rs"
+    many = 300 * 2**20  # past what a rewrite may hold, within delta-rs's MERGE
+    assert small_merge.files_bound(many) > small_merge.MEMORY_BUDGET
+    assert small_merge.merger(many, 10**6, 0, rewritable=True) == "delta-rs"
 
 
 @given(st.integers(0, 2**30), st.integers(1, 10**7), st.integers(0, 2**34), st.booleans())
@@ -163,6 +181,8 @@ def test_a_silver_too_large_for_delta_rs_is_merged_by_rewriting_files(changes, r
         2 * ROW_GROUP_BYTES
     if way == "delta-rs":
         assert small_merge.fits(changes, silver) and not (wide and rewritable)
+        assert not (rewritable and silver <= small_merge.SMALL_SILVER_BYTES and
+                    held <= small_merge.MEMORY_BUDGET)
     elif way == "files":
         assert rewritable and held <= small_merge.MEMORY_BUDGET
     else:
