@@ -45,12 +45,16 @@ def land_splits(source, group: SplitGroup, mariadb: bool, write: Writer,
     `base`: what the source's binlog file numbers get in offsets (source/failover.py)."""
     attempt = uuid.uuid4().hex[:12]
     table, splits = group.table, group.splits
-    read = read_splits(source, table, splits, mariadb, reader=source.snapshot_reader)
+    read = read_splits(source, table, splits, mariadb, reader=source.snapshot_reader,
+                       rows=group.rows)
     read_at = dt.datetime.now(dt.timezone.utc)
     watermark = dataclasses.replace(read.watermark.position, base=base)
     # A GTID watermark gets its offset from the binlog reader; until then rows carry none.
     offset = watermark.offset.text if read.watermark.resolved else ""
-    rows = write(table, read.batches, attempt, offset, read_at)
+    try:
+        rows = write(table, read.batches, attempt, offset, read_at)
+    finally:
+        read.close()  # a write that failed leaves no snapshot open on the source
     faults.point("split.written")  # bronze has the splits' rows, state not yet
     # A position after the read: the rows hold no change from after it (with a reader in the
     # watermark's own snapshot, the watermark itself). History starts past every one.

@@ -9,8 +9,9 @@ whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with de
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
 and one delta-rs MERGE with the conditions of silver_merge.sql (rows of WIDE_ROW_BYTES or more,
 whose batches delta-rs cannot hold, are MERGEd under the same conditions by rewriting the files
-they touch a row group at a time: lake/file_merge.py; so are windows into a silver too large
-for delta-rs's MERGE, and windows past the budget, these in key ranges committed at once). A
+they touch a row group at a time: lake/file_merge.py; so are windows into a small silver,
+where that is the quicker, into a silver too large for delta-rs's MERGE, and windows past the
+budget, these in key ranges committed at once). A
 first window also creates silver here, with the snapshot rows placed at their splits'
 watermarks (snapshot_images.sql) in the creating commit, as the engine does (on a local path,
 the files lake/first_version.py

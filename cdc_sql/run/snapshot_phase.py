@@ -56,7 +56,9 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
                                    [s.split_id for s in unfinished[table.qualified]])
 
     tables.each(prepare, pending_tables)
-    pending = [SplitGroup(table, group) for table in pending_tables for group in (
+    pending = [SplitGroup(table, group, sizes[table.qualified] * len(group) //
+                          max(len(unfinished[table.qualified]), 1))
+               for table in pending_tables for group in (
         [sorted(unfinished[table.qualified], key=lambda s: s.split_id)]
         if table.qualified in whole else
         group_splits(unfinished[table.qualified], sizes[table.qualified], source.parallelism))]

@@ -17,8 +17,8 @@ Both stream: memory follows the batch, not the split or the table.
 from __future__ import annotations
 
 import urllib.parse
-from dataclasses import dataclass, replace
-from typing import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,6 +49,9 @@ class SplitRead:
     batches: Iterator[pa.RecordBatch]
     reader: str
     server: str = ""  # the server the watermark is a position of (source/failover.py)
+    # ends the read, read to its end or not: a read left open holds its snapshot (and a
+    # metadata lock on the table) until its connection is collected
+    close: Callable[[], None] = field(default=lambda: None, repr=False)
 
 
 def read_schema(table: SourceTable) -> pa.Schema:
@@ -71,14 +74,30 @@ def _native_ok(column: Column) -> bool:
 
 
 def read_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
-                batch_rows: int = 65_536, reader: str = "auto") -> SplitRead:
-    """Consecutive splits of one table in one consistent read and one query."""
-    if reader == "auto":  # connectorx takes no TLS files: over TLS, pymysql reads
-        reader = ("native" if native_supported(table) and not source.ssl.enabled
-                  else "pymysql")
+                batch_rows: int = 65_536, reader: str = "auto",
+                rows: int | None = None) -> SplitRead:
+    """Consecutive splits of one table in one consistent read and one query (`rows`: about
+    how many rows they hold, None when not known)."""
+    if reader == "auto":
+        reader = auto_reader(native_supported(table), source.ssl.enabled, rows)
     if reader == "native":
         return _read_native(source, table, splits, mariadb, batch_rows)
     return _read_pymysql(source, table, splits, mariadb, batch_rows)
+
+
+# A read of at most this many rows goes through pymysql in the watermark's own connection:
+# connectorx's read takes two more connections (its own, and one for the binlog's end after
+# it), 1-2 ms more than pymysql's whole read of a table of ten rows, while pymysql's Python
+# decoding costs microseconds a row (docs/performance.md, "Measurements behind the code").
+SMALL_READ_ROWS = 1_000
+
+
+def auto_reader(native_ok: bool, tls: bool, rows: int | None) -> str:
+    """The reader `snapshot_reader: auto` takes: connectorx ("native") where it reads every
+    column exactly, no TLS is asked for (it takes no TLS files) and the read is not known to
+    be small (SMALL_READ_ROWS), else pymysql. Pure."""
+    small = rows is not None and rows <= SMALL_READ_ROWS
+    return "native" if native_ok and not tls and not small else "pymysql"
 
 
 def read_split(source, table: SourceTable, split: Split, mariadb: bool,
@@ -91,15 +110,22 @@ def _select_sql(table: SourceTable, splits: list[Split], native: bool) -> tuple[
     by comparing its key with the splits' bounds (MySQL compares, in the key's collation). The
     native reader takes no parameters, so bounds are inlined as literals escaped by pymysql."""
     literal = _literal if native else None
-    key = [mysql_quote(k) for k in table.key]
+    quote = mysql_quote if native else _bound_quote
+    key = [quote(k) for k in table.key]
     items = [_select_item(c) if native else _text_protocol_item(c) for c in table.columns]
-    items += [f"CAST({mysql_quote(c.name)} AS CHAR) AS {mysql_quote(key_text_name(c.name))}"
+    items += [f"CAST({quote(c.name)} AS CHAR) AS {quote(key_text_name(c.name))}"
               for c in table.key_text_columns]  # zero dates stay unique in the key
     split_id, args = _split_id_sql(key, splits, literal)
     predicate, where_args = Split.union(splits).where(key, literal=literal)
     return (f"SELECT {', '.join(items)}, {split_id} AS `_cdc_split_id` FROM "
-            f"{mysql_quote(table.db)}.{mysql_quote(table.name)} WHERE {predicate}"), \
+            f"{quote(table.db)}.{quote(table.name)} WHERE {predicate}"), \
         args + where_args
+
+
+def _bound_quote(name: str) -> str:
+    """An identifier in SQL whose values pymysql binds (`%s`): its own `%` doubled, or the
+    binding reads it as a placeholder (a table named `per%cent`)."""
+    return mysql_quote(name).replace("%", "%%")
 
 
 def _split_id_sql(key: list[str], splits: list[Split], literal) -> tuple[str, list]:
@@ -115,7 +141,7 @@ def _split_id_sql(key: list[str], splits: list[Split], literal) -> tuple[str, li
 
 
 def _text_protocol_item(column: Column) -> str:
-    name = mysql_quote(column.name)
+    name = _bound_quote(column.name)
     return f"CAST({name} AS DOUBLE) AS {name}" if column.data_type == "float" else name
 
 
@@ -163,7 +189,8 @@ def _read_native(source, table: SourceTable, splits: list[Split], mariadb: bool,
         if not _failure(exc):
             raise
         raise _read_failed(table, splits, _redact(str(exc), source), None) from None
-    return SplitRead(watermark, _restore(stream, table, source, splits), "native", server)
+    return SplitRead(watermark, _restore(stream, table, source, splits), "native", server,
+                     getattr(stream, "close", lambda: None))
 
 
 def _restore(stream, table: SourceTable, source, splits: list[Split]) -> Iterator[pa.RecordBatch]:
@@ -216,7 +243,8 @@ def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool
         with conn.cursor() as first:  # buffered: single-row answers read to their end
             watermark = begin_snapshot(first, mariadb)
             server = server_identity(first, mariadb)
-        cur.execute(*_select_sql(table, splits, native=False))
+        sql, args = _select_sql(table, splits, native=False)
+        cur.execute(sql, args)  # bound even when there are none: the `%` above are doubled
     except pymysql.err.MySQLError as exc:
         conn.close()
         raise mysql.explain(exc, source) from None
@@ -224,7 +252,7 @@ def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool
         conn.close()
         raise
     return SplitRead(watermark, _batches(conn, cur, table, splits, batch_rows), "pymysql",
-                     server)
+                     server, lambda: _close(conn))
 
 
 def _batches(conn, cur, table: SourceTable, splits: list[Split],
@@ -242,5 +270,10 @@ def _batches(conn, cur, table: SourceTable, splits: list[Split],
         raise _read_failed(table, splits, mysql.first_line(exc),
                            exc.args[0] if exc.args else None) from None
     finally:
-        cur.close()
+        _close(conn)
+
+
+def _close(conn) -> None:
+    """Ends a read's connection, which `SplitRead.close` may have ended already."""
+    if conn.open:
         conn.close()

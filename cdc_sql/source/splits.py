@@ -125,6 +125,7 @@ class SplitGroup:
 
     table: SourceTable
     splits: list[Split]
+    rows: int | None = None  # about how many rows the group holds (None: not known)
 
 
 def group_splits(splits: list[Split], estimated_rows: int, parallelism: int) -> list[list[Split]]:

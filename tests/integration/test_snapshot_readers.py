@@ -127,3 +127,76 @@ def test_a_read_broken_off_is_a_transient_source_error(mariadb, database, make_p
         for _ in read.batches:
             pass
     assert info.value.transient and f"{database}.big" in str(info.value), str(info.value)
+
+
+def test_auto_reads_a_small_table_in_the_watermark_s_own_snapshot(mariadb, database, engine,
+                                                                  make_pipeline):
+    """`snapshot_reader: auto` reads a table of SMALL_READ_ROWS or fewer with pymysql, inside
+    the transaction that took the watermark (one connection, not three; its rows stand exactly
+    at the watermark), and larger reads (of a group of splits) with connectorx; silver equals
+    the source either way."""
+    from cdc_sql.source.snapshot import SMALL_READ_ROWS
+    from tests.integration.helpers import assert_silver_equals, checkpoint, run
+
+    mariadb.execute("CREATE TABLE small (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT INTO small SELECT seq, CONCAT('v', seq) FROM seq_1_to_10",
+                    "CREATE TABLE large (id INT PRIMARY KEY, v VARCHAR(20))",
+                    f"INSERT INTO large SELECT seq, CONCAT('v', seq) FROM "
+                    f"seq_1_to_{4 * SMALL_READ_ROWS}", db=database)  # groups past it
+    pipeline = make_pipeline(f"- name: small\n  source: {database}.small\n"
+                             f"- name: large\n  source: {database}.large")
+    run(pipeline, engine)
+    state = checkpoint(engine, pipeline)
+    small, = state.splits(f"{database}.small")
+    assert small.reader == "pymysql" and small.read_end == small.watermark
+    assert {s.reader for s in state.splits(f"{database}.large")} == {"native"}
+    for name in ("small", "large"):
+        assert_silver_equals(engine, pipeline, name, mariadb, f"SELECT * FROM {database}.{name}")
+
+
+@pytest.mark.parametrize("reader", ["native", "pymysql"])
+def test_a_write_that_fails_leaves_no_read_open(mariadb, database, make_pipeline, reader):
+    """A split group whose bronze write fails ends its read at once: a read left open holds a
+    consistent snapshot and a metadata lock on the table (DROP and ALTER wait behind it) until
+    its connection is collected."""
+    from cdc_sql.snapshot_tasks import land_splits
+    from cdc_sql.source.splits import SplitGroup
+
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_10", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t", snapshot_reader=reader)
+    with mysql.cursor(pipeline.source) as cur:
+        table = read_table(cur, database, "t")
+
+    def write(table, batches, *_):
+        raise OSError("the lake is gone")
+
+    with pytest.raises(OSError) as failed:
+        land_splits(pipeline.source, SplitGroup(table, [Split(table.qualified, 0, None, None)]),
+                    True, write)
+    assert failed.value  # the traceback (and the read's frames) still held here
+    left = mariadb.query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s AND "
+                         "ID <> CONNECTION_ID() AND COMMAND <> 'Binlog Dump'",
+                         (pipeline.source.user,))
+    for (connection,) in left:  # else the database's DROP would wait for them
+        mariadb.execute(f"KILL {int(connection)}")
+    assert left == []
+
+
+def test_names_holding_percent_signs_are_read_by_both_readers(mariadb, database, make_pipeline):
+    """pymysql binds values into `%s`: a `%` in a table or column name is doubled, with bound
+    bounds (splits) and without (a whole table)."""
+    from cdc_sql.source.snapshot import read_splits
+
+    mariadb.execute("CREATE TABLE `p%s%cent` (`k%s` INT PRIMARY KEY, `n%d` INT)",
+                    "INSERT INTO `p%s%cent` VALUES (1, 10), (5, 50), (9, 90)", db=database)
+    pipeline = make_pipeline(f"- name: p\n  source: {database}.p%s%cent")
+    with mysql.cursor(pipeline.source) as cur:
+        table = read_table(cur, database, "p%s%cent")
+    name = f"{database}.p%s%cent"
+    for splits in ([Split(name, 0, None, None)],
+                   [Split(name, 1, None, (5,)), Split(name, 2, (5,), None)]):
+        for reader in ("native", "pymysql"):
+            read = read_splits(pipeline.source, table, splits, True, reader=reader)
+            rows = pa.Table.from_batches(list(read.batches)).to_pylist()
+            assert sorted((r["k%s"], r["n%d"]) for r in rows) == [(1, 10), (5, 50), (9, 90)]

@@ -104,3 +104,46 @@ def test_bronze_and_state_keep_a_short_log(tmp_path):
                                  pa.schema([("a", pa.int64())]))
     assert len([f for f in os.listdir(f"{path}/_delta_log") if f.endswith(".json")]) <= 60
     assert sorted(DeltaTable(path).to_pyarrow_table()["a"].to_pylist()) == list(range(250))
+
+
+def test_a_capture_append_looks_at_bronze_s_log_once(tmp_path, monkeypatch):
+    """An append of a table's changes reads bronze's columns, then commits: one refresh of the
+    open table for both (a schema per tenant makes thousands of them a batch). A commit of
+    another writer since the table was opened is still seen (the append follows it)."""
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+
+    lake = Lake.open(engines.start("sail"), str(tmp_path))  # the engine is never started
+    bronze.ensure_changes_table(lake, SOURCE)
+    path, schema = lake.changes_path("db", "t"), bronze.changes_schema(SOURCE)
+    bronze.append_changes(lake, SOURCE, [changes(schema, 0, 3)])  # the table now open here
+    DeltaRsTables().append_arrow(path, [changes(schema, 3, 2)], schema)  # another writer
+    refreshes = []
+    real = DeltaTable.update_incremental
+    monkeypatch.setattr(DeltaTable, "update_incremental",
+                        lambda self: refreshes.append(1) or real(self))
+    bronze.append_changes(lake, SOURCE, [changes(schema, 5, 4)])
+    assert len(refreshes) == 1
+    assert sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist()) == list(range(9))
+
+
+def test_a_pin_within_a_pin_is_the_outer_one(tmp_path):
+    """`pinned` nests: an inner pin neither starts afresh nor ends the outer one (a table
+    brought up to date in it stays so until the outer pin ends)."""
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+
+    tables = DeltaRsTables()
+    with tables.pinned():
+        outer = tables._local.refreshed
+        with tables.pinned():
+            assert tables._local.refreshed is outer
+        assert tables._local.refreshed is outer
+    assert tables._local.refreshed is None
+
+
+def test_a_new_snapshot_table_is_made_once_and_said_so(tmp_path):
+    """`ensure_snapshot_table` says whether it created the table: only a table that was there
+    may hold rows of unfinished attempts to delete (run/snapshot_phase.py)."""
+    lake = Lake.open(engines.start("sail"), str(tmp_path))  # the engine is never started
+    assert bronze.ensure_snapshot_table(lake, SOURCE) is True
+    assert bronze.ensure_snapshot_table(lake, SOURCE) is False
+    assert DeltaTable(lake.snapshot_path("db", "t")).version() == 0

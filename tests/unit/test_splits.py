@@ -61,3 +61,16 @@ def test_files_are_clustered_when_key_ranges_are_disjoint_and_not_too_large():
     assert not clustered([(1, 40, 9), (30, 70, 9), (35, 100, 9)], target_bytes=100)
     assert not clustered([(1, 10, 100), (11, 20, 201)], target_bytes=100)  # one file too large
     assert not clustered(None)  # no statistics
+
+
+@given(st.booleans(), st.booleans(), st.one_of(st.none(), st.integers(0, 10**9)))
+def test_auto_reads_small_tables_tls_and_uncovered_types_with_pymysql(native_ok, tls, rows):
+    """`snapshot_reader: auto`: connectorx only where it reads every column exactly, no TLS is
+    asked for and the read is not known to be small (SMALL_READ_ROWS or fewer rows)."""
+    from cdc_sql.source.snapshot import SMALL_READ_ROWS, auto_reader
+
+    small = rows is not None and rows <= SMALL_READ_ROWS
+    assert auto_reader(native_ok, tls, rows) == \
+        ("native" if native_ok and not tls and not small else "pymysql")
+    assert auto_reader(True, False, SMALL_READ_ROWS) == "pymysql"
+    assert auto_reader(True, False, SMALL_READ_ROWS + 1) == "native"

@@ -197,3 +197,21 @@ def test_compaction_is_due_from_COMPACT_AT_superseded_rows(superseded, due):
     from cdc_sql.lake.state import compaction_due
 
     assert compaction_due(superseded) is due
+
+
+def test_resnapshot_requests_are_the_newest_of_each_table():
+    """Every table's window asks for the pending re-snapshot requests (indexed as entries come:
+    a scan of every entry per table was quadratic in the table count): the newest entry of
+    each table, whether it came with the checkpoint or was added later."""
+    from cdc_sql import resnapshot
+    from cdc_sql.lake.state import ResnapshotEntry
+
+    asked = ResnapshotEntry(source_table="db.a", reason="asked")
+    checkpoint = Checkpoint({(e.kind, e.name): e for e in
+                             (asked, ResnapshotEntry(source_table="db.b", start="x"),
+                              SplitEntry(source_table="db.a", split_id=0))})
+    assert sorted(e.name for e in checkpoint.resnapshots()) == ["db.a", "db.b"]
+    assert resnapshot.requested(checkpoint) == {"db.a"}
+    checkpoint.add(ResnapshotEntry(source_table="db.a", start="y"))  # prepared now
+    assert resnapshot.requested(checkpoint) == set()
+    assert [e.start for e in checkpoint.resnapshots() if e.name == "db.a"] == ["y"]
