@@ -27,7 +27,7 @@ import pymysql.converters
 from cdc_sql.errors import SourceError, is_transient
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import Column, SourceTable, key_text_name
-from cdc_sql.source.splits import Split, mysql_quote
+from cdc_sql.source.splits import Split, bound_quote, mysql_quote
 from cdc_sql.source.values import normalize
 from cdc_sql.source.failover import server_identity
 from cdc_sql.source.watermarks import Watermark, begin_snapshot
@@ -110,7 +110,7 @@ def _select_sql(table: SourceTable, splits: list[Split], native: bool) -> tuple[
     by comparing its key with the splits' bounds (MySQL compares, in the key's collation). The
     native reader takes no parameters, so bounds are inlined as literals escaped by pymysql."""
     literal = _literal if native else None
-    quote = mysql_quote if native else _bound_quote
+    quote = mysql_quote if native else bound_quote
     key = [quote(k) for k in table.key]
     items = [_select_item(c) if native else _text_protocol_item(c) for c in table.columns]
     items += [f"CAST({quote(c.name)} AS CHAR) AS {quote(key_text_name(c.name))}"
@@ -121,11 +121,6 @@ def _select_sql(table: SourceTable, splits: list[Split], native: bool) -> tuple[
             f"{quote(table.db)}.{quote(table.name)} WHERE {predicate}"), \
         args + where_args
 
-
-def _bound_quote(name: str) -> str:
-    """An identifier in SQL whose values pymysql binds (`%s`): its own `%` doubled, or the
-    binding reads it as a placeholder (a table named `per%cent`)."""
-    return mysql_quote(name).replace("%", "%%")
 
 
 def _split_id_sql(key: list[str], splits: list[Split], literal) -> tuple[str, list]:
@@ -141,7 +136,7 @@ def _split_id_sql(key: list[str], splits: list[Split], literal) -> tuple[str, li
 
 
 def _text_protocol_item(column: Column) -> str:
-    name = _bound_quote(column.name)
+    name = bound_quote(column.name)
     return f"CAST({name} AS DOUBLE) AS {name}" if column.data_type == "float" else name
 
 

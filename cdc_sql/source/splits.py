@@ -103,6 +103,12 @@ def mysql_quote(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql(dialect="mysql")
 
 
+def bound_quote(name: str) -> str:
+    """`mysql_quote` for SQL whose values pymysql binds into `%s`: the name's own `%` doubled,
+    or the binding reads it as a placeholder (a table named `per%cent`)."""
+    return mysql_quote(name).replace("%", "%%")
+
+
 SPLIT_BYTES = 64 * 2**20        # an automatic split holds about this much row data
 MIN_SPLIT_ROWS, MAX_SPLIT_ROWS = 10_000, 4_000_000
 GROUP_ROWS = 1_000_000           # a reader reads consecutive splits up to this many rows at once
@@ -179,12 +185,14 @@ def plan_splits(cur, table: SourceTable, chunk_size: int, parallelism: int = 2) 
             step = max(1, -(-spread * chunk_size // count))
             boundaries = [(b,) for b in range(low + step, high + 1, step)]
             return _from_boundaries(table.qualified, boundaries)
-    boundaries = _walk(cur, source, key, chunk_size)
+    boundaries = _walk(cur, f"{bound_quote(table.db)}.{bound_quote(table.name)}",
+                       [bound_quote(k) for k in table.key], chunk_size)
     return _from_boundaries(table.qualified, boundaries)
 
 
 def _walk(cur, source: str, key: list[str], chunk_size: int) -> list[tuple]:
-    """Every chunk_size-th key in index order: `WHERE key > last ORDER BY key LIMIT n,1`."""
+    """Every chunk_size-th key in index order: `WHERE key > last ORDER BY key LIMIT n,1`
+    (`source` and `key` quoted by `bound_quote`)."""
     columns, order = ", ".join(key), ", ".join(key)
     row = f"({columns})" if len(key) > 1 else columns
     marks = f"({', '.join(['%s'] * len(key))})" if len(key) > 1 else "%s"

@@ -185,8 +185,10 @@ def test_a_write_that_fails_leaves_no_read_open(mariadb, database, make_pipeline
 
 def test_names_holding_percent_signs_are_read_by_both_readers(mariadb, database, make_pipeline):
     """pymysql binds values into `%s`: a `%` in a table or column name is doubled, with bound
-    bounds (splits) and without (a whole table)."""
+    bounds (splits) and without (a whole table), and where splits are planned by walking the
+    key's index."""
     from cdc_sql.source.snapshot import read_splits
+    from cdc_sql.source.splits import plan_splits
 
     mariadb.execute("CREATE TABLE `p%s%cent` (`k%s` INT PRIMARY KEY, `n%d` INT)",
                     "INSERT INTO `p%s%cent` VALUES (1, 10), (5, 50), (9, 90)", db=database)
@@ -200,3 +202,5 @@ def test_names_holding_percent_signs_are_read_by_both_readers(mariadb, database,
             read = read_splits(pipeline.source, table, splits, True, reader=reader)
             rows = pa.Table.from_batches(list(read.batches)).to_pylist()
             assert sorted((r["k%s"], r["n%d"]) for r in rows) == [(1, 10), (5, 50), (9, 90)]
+    with mysql.cursor(pipeline.source) as cur:  # sparse keys: split by walking the index
+        assert [s.upper for s in plan_splits(cur, table, chunk_size=1)] == [(5,), (9,), None]
