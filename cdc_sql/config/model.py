@@ -118,8 +118,8 @@ class Source:
                                 "one Spark task per split, on the executors (a cluster reads "
                                 "many splits at once; bronze must be reachable from them)",
                                 "process", choices=("process", "spark"))
-    snapshot_reader: str = _key("auto (native where every column allows, but pymysql for "
-                                "tables of 1,000 rows or fewer and over TLS), native "
+    snapshot_reader: str = _key("auto (native where every column allows, but pymysql over "
+                                "TLS and for reads of 1,000 rows or fewer), native "
                                 "(connectorx), or pymysql", "auto",
                                 choices=("auto", "native", "pymysql"))
     verify_timeout_seconds: float = _key("`cdc-sql verify` reads the source in a read-only "

@@ -108,7 +108,8 @@ def read_split(source, table: SourceTable, split: Split, mariadb: bool,
 def _select_sql(table: SourceTable, splits: list[Split], native: bool) -> tuple[str, list]:
     """The SELECT of consecutive splits: their union's range, each row tagged with its split
     by comparing its key with the splits' bounds (MySQL compares, in the key's collation). The
-    native reader takes no parameters, so bounds are inlined as literals escaped by pymysql."""
+    native reader takes no parameters, so bounds are inlined as literals escaped by pymysql;
+    pymysql's reader binds them, so its names' `%` are doubled (`bound_quote`)."""
     literal = _literal if native else None
     quote = mysql_quote if native else bound_quote
     key = [quote(k) for k in table.key]
@@ -120,7 +121,6 @@ def _select_sql(table: SourceTable, splits: list[Split], native: bool) -> tuple[
     return (f"SELECT {', '.join(items)}, {split_id} AS `_cdc_split_id` FROM "
             f"{quote(table.db)}.{quote(table.name)} WHERE {predicate}"), \
         args + where_args
-
 
 
 def _split_id_sql(key: list[str], splits: list[Split], literal) -> tuple[str, list]:
