@@ -150,14 +150,18 @@ def columns(text: str) -> set[str]:
 
 
 def bound(text: str, dialect: str, placeholder: Callable[[int], str],
-          literal: Callable | None = None) -> tuple[str, list]:
+          literal: Callable | None = None, percent_doubled: bool = False) -> tuple[str, list]:
     """A checked predicate in `dialect` (mysql or spark) with its values taken out: each
     becomes `placeholder(i)` and its Python value is the i-th of the list (or, given a
-    `literal` escaping function, the value is written in by it and the list is empty)."""
+    `literal` escaping function, the value is written in by it and the list is empty).
+    `percent_doubled`: column names' `%` doubled, for SQL whose values pymysql binds into
+    `%s` (values are all taken out, so names alone may hold one)."""
     tree = sqlglot.parse_one(text, read="mysql")
     values: list = []
 
     def take(node: exp.Expression) -> exp.Expression:
+        if percent_doubled and isinstance(node, exp.Identifier):
+            return exp.to_identifier(node.name.replace("%", "%%"), quoted=True)
         if isinstance(node, exp.Neg) and _number(node.this):
             value = -_value(node.this)
         elif isinstance(node, exp.Literal) and not isinstance(node.parent, exp.Neg):

@@ -55,7 +55,8 @@ class Split:
         """A MySQL predicate selecting this split's rows, with its parameters (or, given a
         `literal` escaping function, with the bounds inlined and no parameters)."""
         if self.predicate:
-            return predicates.bound(self.predicate, "mysql", lambda _: "%s", literal)
+            return predicates.bound(self.predicate, "mysql", lambda _: "%s", literal,
+                                    percent_doubled=literal is None)
         row = f"({', '.join(key_sql)})" if len(key_sql) > 1 else key_sql[0]
         parts, args = [], []
         for op, bound in ((">=", self.lower), ("<", self.upper)):

@@ -185,8 +185,8 @@ def test_a_write_that_fails_leaves_no_read_open(mariadb, database, make_pipeline
 
 def test_names_holding_percent_signs_are_read_by_both_readers(mariadb, database, make_pipeline):
     """pymysql binds values into `%s`: a `%` in a table or column name is doubled, with bound
-    bounds (splits) and without (a whole table), and where splits are planned by walking the
-    key's index."""
+    bounds (splits), without (a whole table) and in a range re-read's predicate, and where
+    splits are planned by walking the key's index."""
     from cdc_sql.source.snapshot import read_splits
     from cdc_sql.source.splits import plan_splits
 
@@ -202,5 +202,9 @@ def test_names_holding_percent_signs_are_read_by_both_readers(mariadb, database,
             read = read_splits(pipeline.source, table, splits, True, reader=reader)
             rows = pa.Table.from_batches(list(read.batches)).to_pylist()
             assert sorted((r["k%s"], r["n%d"]) for r in rows) == [(1, 10), (5, 50), (9, 90)]
+    ranged = [Split(name, 3, None, None, "`k%s` BETWEEN 1 AND 5")]  # a range re-read's
+    for reader in ("native", "pymysql"):
+        read = read_splits(pipeline.source, table, ranged, True, reader=reader)
+        assert sorted(pa.Table.from_batches(list(read.batches))["k%s"].to_pylist()) == [1, 5]
     with mysql.cursor(pipeline.source) as cur:  # sparse keys: split by walking the index
         assert [s.upper for s in plan_splits(cur, table, chunk_size=1)] == [(5,), (9,), None]

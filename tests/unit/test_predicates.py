@@ -123,3 +123,15 @@ def test_a_range_split_reads_its_predicate():
         "`id` BETWEEN 1 AND 2 OR `region` = 'eu'"
     plain = [Split("shop.orders", i, None, None) for i in range(7)]
     assert group_splits([*plain, ranged], 80, 1)[-1] == [ranged]  # always read alone
+
+
+def test_a_column_name_holding_percent_is_doubled_where_pymysql_binds():
+    """pymysql binds values into `%s`, reading any other `%` as a placeholder: a key column
+    named with one is doubled in a range split's bound predicate, not where values are
+    written in (connectorx) nor for Spark."""
+    from cdc_sql.source.splits import Split
+
+    ranged = Split("shop.t", 3, None, None, "`k%s` BETWEEN 1 AND 2")
+    assert ranged.where(["`k%%s`"]) == ("`k%%s` BETWEEN %s AND %s", [1, 2])
+    assert ranged.where(["`k%s`"], literal=repr)[0] == "`k%s` BETWEEN 1 AND 2"
+    assert predicates.bound("`k%s` = 1", "spark", ":v{}".format)[0] == "`k%s` = :v0"
