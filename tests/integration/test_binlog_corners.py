@@ -269,6 +269,14 @@ def test_system_versioned_tables_give_their_current_rows(mariadb, database, engi
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
     assert_silver_equals(engine, pipeline, "declared", mariadb,
                          f"SELECT id, v, n, since, until FROM {database}.declared")
+    from cdc_sql.source import mysql
+    from cdc_sql.source.schema import read_table, read_tables
+
+    with mysql.cursor(pipeline.source) as cur:  # the table type listed, or looked up
+        listed = [t for ts in read_tables(cur, pipeline.tables) for t in ts]
+        assert listed == [read_table(cur, t.db, t.name, t.key) for t in listed]
+        assert [(t.row_end, t.row_end_hidden) for t in listed] == \
+            [("row_end", True), ("until", False)]
 
 
 def test_on_schema_change_policies(mariadb, database, engine, make_pipeline):
