@@ -126,13 +126,14 @@ def append_changes(lake: Lake, table: SourceTable, batches: list[pa.RecordBatch]
     """One commit of a table's change rows; the table's columns follow the batches' (a column
     the source added is added, a narrower one is cast up, a widened one widens bronze first)."""
     path = lake.changes_path(table.db, table.name)
+    exists = lake.tables.exists(path)
     with lake.tables.pinned():  # capture alone writes it: one look at its log, not two
-        current = lake.tables.schema(path) if lake.tables.exists(path) else changes_schema(table)
+        current = lake.tables.schema(path) if exists else changes_schema(table)
         target = _merged_schema(current, [b.schema for b in batches], table)
-        if target == current and lake.tables.exists(path):
+        if target == current and exists:
             lake.tables.append_arrow(path, [_conform(b, target) for b in batches], target)
             return
-    if target != current and lake.tables.exists(path):
+    if exists:  # the columns change
         widened = {f.name: f.type for f in target if f.name in current.names and
                    current.field(f.name).type != f.type}
         if widened:

@@ -186,14 +186,15 @@ def plan_splits(cur, table: SourceTable, chunk_size: int, parallelism: int = 2) 
             step = max(1, -(-spread * chunk_size // count))
             boundaries = [(b,) for b in range(low + step, high + 1, step)]
             return _from_boundaries(table.qualified, boundaries)
-    boundaries = _walk(cur, f"{bound_quote(table.db)}.{bound_quote(table.name)}",
-                       [bound_quote(k) for k in table.key], chunk_size)
+    boundaries = _walk(cur, table, chunk_size)
     return _from_boundaries(table.qualified, boundaries)
 
 
-def _walk(cur, source: str, key: list[str], chunk_size: int) -> list[tuple]:
+def _walk(cur, table: SourceTable, chunk_size: int) -> list[tuple]:
     """Every chunk_size-th key in index order: `WHERE key > last ORDER BY key LIMIT n,1`
-    (`source` and `key` quoted by `bound_quote`)."""
+    (values bound: names quoted by `bound_quote`)."""
+    key = [bound_quote(k) for k in table.key]
+    source = f"{bound_quote(table.db)}.{bound_quote(table.name)}"
     columns, order = ", ".join(key), ", ".join(key)
     row = f"({columns})" if len(key) > 1 else columns
     marks = f"({', '.join(['%s'] * len(key))})" if len(key) > 1 else "%s"
