@@ -290,13 +290,95 @@ class DeltaRsWrites:
                 .execute()
 
 
+class _Open:
+    """A table `DeltaRsTables._table` keeps open: its lock, the DeltaTable (None until opened)
+    and, on a local path, the version it was last known to be the latest at with the identity
+    of that version's commit file. Bringing an open table up to date lists its log
+    (0.3-1 ms, most of it under Python's lock; a run of many small tables did it a few times a
+    table); on a local path two looks at files answer the same: the table is at its latest
+    when that commit file is still the very one seen then and the next version's does not
+    exist (Delta's versions follow one another, each a commit file; a checkpoint adds files
+    beside them). A table removed and made again has new commit files: it is opened anew
+    (delta-rs's listing looks only for versions after the open one, and would miss it)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.table = None
+        self._seen: tuple[int, tuple] | None = None
+
+    def latest_version(self, path: str) -> int | None:
+        """The table's latest version, counted by its commit files from the open table's on
+        (a commit of `create_write_transaction` does not move the open table); None when
+        not known so."""
+        if self._seen is None or self._seen[0] != self.table.version() or \
+                _identity(_commit_file(path, self._seen[0])) != self._seen[1]:
+            return None
+        version = self._seen[0]
+        while os.path.exists(_commit_file(path, version + 1)):
+            version += 1
+        return version
+
+    def state(self, path: str) -> str:
+        """"latest" when the open table is known to be at the table's latest version,
+        "remade" when the commit file of its version is not the one seen (the table was
+        removed and made again: open it anew), else "unknown" (bring it up to date)."""
+        if self._seen is None or self._seen[0] != self.table.version():
+            return "unknown"
+        version, identity = self._seen
+        if _identity(_commit_file(path, version)) != identity:
+            return "remade"
+        return "unknown" if os.path.exists(_commit_file(path, version + 1)) else "latest"
+
+    def bring_up(self, path: str) -> None:
+        """The open table brought to the table's latest version; dropped (to be opened anew)
+        when the table was made again or cannot be brought up."""
+        state = self.state(path)
+        if state == "remade":
+            self.table = None
+        elif state == "unknown":
+            try:
+                self.table.update_incremental()
+                self.saw(path, self.table.version())
+            except Exception:  # noqa: BLE001 - replaced (recreated, vacuumed): open anew
+                self.table = None
+
+    def saw(self, path: str, version: int) -> None:
+        """The open table was brought to `version`, the latest then."""
+        identity = _identity(_commit_file(path, version)) if Location.of(path).local else None
+        self._seen = None if identity is None else (version, identity)
+
+    def committed(self, path: str, before: int) -> None:
+        """After a use of the open table that was at its latest version `before` there: a
+        commit of its own (its version one more) leaves it at the latest still; a commit
+        retried after another writer's (two more) does not count."""
+        if self._seen is not None and self._seen[0] == before and \
+                self.table.version() == before + 1:
+            self.saw(path, before + 1)
+
+
+def _commit_file(path: str, version: int) -> str:
+    return os.path.join(path, "_delta_log", f"{version:020d}.json")
+
+
+def _identity(file: str) -> tuple | None:
+    """What tells a commit file from another written later under the same name (a table
+    removed and made again): its inode, size, times and first bytes (a commit's first action
+    holds its time, its later ones the random names of its files). None: no such file."""
+    try:
+        with open(file, "rb") as commit:
+            found = os.fstat(commit.fileno())
+            return found.st_ino, found.st_size, found.st_mtime_ns, commit.read(4096)
+    except FileNotFoundError:
+        return None
+
+
 class DeltaRsTables(DeltaRsWrites):
     """Table operations with delta-rs, in this process. Tables stay open between operations
     (opening one replays its log: half of a state commit); a stream of batches opens its
     table for itself, so that streams into one table are written side by side."""
 
     def __init__(self):
-        self._open_tables: dict[str, list] = {}  # path -> [its lock, its DeltaTable or None]
+        self._open_tables: dict[str, _Open] = {}
         self._lock = threading.Lock()
         self._local = threading.local()  # .refreshed: the paths `pinned` brought up to date
         # (path, columns) -> (schema, {data file: its rows}): `read_arrow(each_file_once=True)`
@@ -323,19 +405,19 @@ class DeltaRsTables(DeltaRsWrites):
         from deltalake import DeltaTable
 
         with self._lock:
-            entry = self._open_tables.setdefault(str(path), [threading.Lock(), None])
+            entry = self._open_tables.setdefault(str(path), _Open())
         refreshed = getattr(self._local, "refreshed", None)
-        with entry[0]:
-            if entry[1] is not None and (refreshed is None or str(path) not in refreshed):
-                try:
-                    entry[1].update_incremental()
-                except Exception:  # noqa: BLE001 - replaced (recreated, vacuumed): open anew
-                    entry[1] = None
-            if entry[1] is None:
-                entry[1] = DeltaTable(str(path))
+        with entry.lock:
+            if entry.table is not None and (refreshed is None or str(path) not in refreshed):
+                entry.bring_up(str(path))
+            if entry.table is None:
+                entry.table = DeltaTable(str(path))
+                entry.saw(str(path), entry.table.version())
             if refreshed is not None:
                 refreshed.add(str(path))
-            yield entry[1]
+            before = entry.table.version()
+            yield entry.table
+            entry.committed(str(path), before)
 
     def exists(self, path: str) -> bool:
         if Location.of(path).local:
@@ -350,6 +432,12 @@ class DeltaRsTables(DeltaRsWrites):
             return str(table.metadata().id)
 
     def version(self, path: str) -> int | None:
+        entry = self._open_tables.get(str(path))
+        if entry is not None:
+            with entry.lock:
+                found = None if entry.table is None else entry.latest_version(str(path))
+            if found is not None:
+                return found
         with self._table(path) as table:
             return table.version()
 

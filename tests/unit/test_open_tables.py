@@ -1,0 +1,119 @@
+"""Tables kept open by `DeltaRsTables` (lake/delta_rs_tables.py): on a local path an open
+table at its latest version is used as it is (its log is not listed again), and whatever
+another writer did since (a commit, the table removed and made again) is always seen."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+from deltalake.transaction import AddAction
+from hypothesis import given, settings, strategies as st
+
+from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+
+
+def rows(*values: int) -> pa.Table:
+    return pa.table({"a": pa.array(values, pa.int64())})
+
+
+def add_file(tables: DeltaRsTables, path: str, name: str, values: pa.Table) -> None:
+    """A file written here and committed by `replace_files`."""
+    pq.write_table(values, f"{path}/{name}")
+    tables.replace_files(path, [], [AddAction(name, os.path.getsize(f"{path}/{name}"), {}, 0,
+                                              True, None)], values.schema)
+
+
+def listed(monkeypatch) -> list:
+    """Each time delta-rs lists an open table's log to bring it up to date."""
+    calls: list = []
+    real = DeltaTable.update_incremental
+    monkeypatch.setattr(DeltaTable, "update_incremental",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    return calls
+
+
+def test_an_open_table_at_its_latest_is_not_listed_again(tmp_path, monkeypatch):
+    path = str(tmp_path / "t")
+    write_deltalake(path, rows(1))
+    tables = DeltaRsTables()
+    tables.append_arrow(path, [rows(2).to_batches()[0]], rows().schema)  # opened, then its commit
+    calls = listed(monkeypatch)
+    assert tables.version(path) == 1 and tables.schema(path).names == ["a"]
+    assert sorted(tables.read_arrow(path)["a"].to_pylist()) == [1, 2]
+    assert calls == []
+
+
+def test_another_writer_s_commit_is_seen(tmp_path, monkeypatch):
+    path = str(tmp_path / "t")
+    write_deltalake(path, rows(1))
+    tables = DeltaRsTables()
+    assert tables.version(path) == 0
+    write_deltalake(path, rows(2), mode="append")  # another writer
+    calls = listed(monkeypatch)
+    assert tables.version(path) == 1 and calls == []  # counted from the log's file names
+    assert sorted(tables.read_arrow(path)["a"].to_pylist()) == [1, 2] and len(calls) == 1
+
+
+def test_a_table_removed_and_made_again_is_seen(tmp_path):
+    """delta-rs's own listing looks only for versions after the open one: a table made again
+    up to the same version would pass for the old one."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, rows(1))
+    write_deltalake(path, rows(2), mode="append")
+    tables = DeltaRsTables()
+    assert sorted(tables.read_arrow(path)["a"].to_pylist()) == [1, 2]
+    shutil.rmtree(path)
+    write_deltalake(path, rows(7))
+    write_deltalake(path, rows(8), mode="append")
+    assert sorted(tables.read_arrow(path)["a"].to_pylist()) == [7, 8]
+
+
+OPERATIONS = st.lists(st.tuples(st.sampled_from(["own", "files", "other", "remade", "read"]),
+                                st.integers(0, 2)), min_size=1, max_size=8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(OPERATIONS)
+def test_what_an_open_table_reads_is_the_table_s_latest(tmp_path_factory, operations):
+    """Any mix of commits through the open table (appends, files written here), commits by
+    another writer and the table removed and made again with a few versions: each version
+    asked and each read is the table's latest."""
+    path = str(tmp_path_factory.mktemp("open") / "t")
+    write_deltalake(path, rows(0))
+    tables, value = DeltaRsTables(), 0
+    for operation, count in operations:
+        value += 1
+        if operation == "own":
+            tables.append_arrow(path, [rows(value).to_batches()[0]], rows().schema)
+        elif operation == "files":
+            add_file(tables, path, f"f{value}.parquet", rows(value))
+        elif operation == "other":
+            write_deltalake(path, rows(value), mode="append")
+        elif operation == "remade":
+            shutil.rmtree(path)
+            write_deltalake(path, rows(value))
+            for more in range(count):
+                write_deltalake(path, rows(value * 10 + more), mode="append")
+        truth = DeltaTable(path)
+        assert tables.version(path) == truth.version()
+        assert sorted(tables.read_arrow(path)["a"].to_pylist()) == \
+            sorted(truth.to_pyarrow_table()["a"].to_pylist())
+
+
+def test_a_version_is_counted_from_commit_files_after_a_commit_delta_rs_does_not_follow(
+        tmp_path, monkeypatch):
+    """A commit of files written here (`replace_files`, delta-rs's `create_write_transaction`)
+    leaves the open table where it was: the version after it is counted from the log's file
+    names, not by bringing the table up to date."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, rows(1))
+    tables = DeltaRsTables()
+    assert tables.version(path) == 0
+    add_file(tables, path, "added.parquet", rows(2))
+    write_deltalake(path, rows(3), mode="append")  # and another writer's
+    calls = listed(monkeypatch)
+    assert tables.version(path) == 2 and calls == []
+    assert sorted(tables.read_arrow(path)["a"].to_pylist()) == [1, 2, 3]
