@@ -293,13 +293,13 @@ class DeltaRsWrites:
 class _Open:
     """A table `DeltaRsTables._table` keeps open: its lock, the DeltaTable (None until opened)
     and, on a local path, the version it was last known to be the latest at with the identity
-    of that version's commit file. Bringing an open table up to date lists its log
-    (0.3-1 ms, most of it under Python's lock; a run of many small tables did it a few times a
-    table); on a local path two looks at files answer the same: the table is at its latest
-    when that commit file is still the very one seen then and the next version's does not
-    exist (Delta's versions follow one another, each a commit file; a checkpoint adds files
-    beside them). A table removed and made again has new commit files: it is opened anew
-    (delta-rs's listing looks only for versions after the open one, and would miss it)."""
+    of that version's commit file. Bringing an open table up to date lists its log (0.3-1 ms;
+    a run of many small tables did it a few times a table); on a local path two looks at
+    files answer the same: the table is at its latest when that commit file is still the very
+    one seen then and the next version's does not exist (Delta's versions follow one another,
+    each a commit file; a checkpoint adds files beside them). A table removed and made again
+    has new commit files: it is opened anew (delta-rs's listing looks only for versions after
+    the open one, and would miss it)."""
 
     def __init__(self):
         self.lock = threading.Lock()

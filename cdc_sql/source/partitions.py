@@ -97,14 +97,14 @@ def _values(description: str | None) -> list | None:
     return out
 
 
-def read_partitioning(cur, db: str, name: str) -> Partitioning | None:
-    """The table's partitions from information_schema (None: not partitioned)."""
-    cur.execute(
-        "SELECT DISTINCT PARTITION_NAME, PARTITION_METHOD, PARTITION_EXPRESSION, "
-        "PARTITION_DESCRIPTION, PARTITION_ORDINAL_POSITION FROM information_schema.PARTITIONS "
-        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND PARTITION_NAME IS NOT NULL "
-        "ORDER BY PARTITION_ORDINAL_POSITION", (db, name))
-    rows = cur.fetchall()
+# What source/schema.py reads of information_schema.PARTITIONS for `partitioning`.
+PARTITION_COLUMNS = ("PARTITION_NAME, PARTITION_METHOD, PARTITION_EXPRESSION, "
+                     "PARTITION_DESCRIPTION, PARTITION_ORDINAL_POSITION")
+
+
+def partitioning(rows: list | tuple) -> Partitioning | None:
+    """A table's partitions from its rows of information_schema.PARTITIONS (PARTITION_COLUMNS,
+    one row per partition, in order); None without any. Pure."""
     if not rows:
         return None
     expression = str(rows[0][2] or "").strip()
