@@ -50,12 +50,15 @@ class DeltaRsWrites:
 
     def create_arrow_table(self, path: str, schema: pa.Schema,
                            properties: dict | None = None) -> bool:
-        from deltalake import DeltaTable, write_deltalake
+        """An empty table, made and kept open (a run makes two for each table of the
+        pipeline, then writes to them); False when it was there."""
+        from deltalake import DeltaTable
 
         if self.exists(path):
             return False
-        write_deltalake(str(path), schema.empty_table(), mode="append",
-                        configuration=_configuration(schema, properties))
+        table = DeltaTable.create(str(path), schema, mode="ignore",
+                                  configuration=_configuration(schema, properties))
+        self._keep_open(str(path), table)
         if any(_ntz(f.type) for f in schema):
             self._allow_ntz(DeltaTable(str(path)), schema)
         return True
@@ -418,6 +421,14 @@ class DeltaRsTables(DeltaRsWrites):
             before = entry.table.version()
             yield entry.table
             entry.committed(str(path), before)
+
+    def _keep_open(self, path: str, table) -> None:
+        """`table`, just made here at its latest version, as the open table of `path`."""
+        with self._lock:
+            entry = self._open_tables.setdefault(path, _Open())
+        with entry.lock:
+            entry.table = table
+            entry.saw(path, table.version())
 
     def exists(self, path: str) -> bool:
         if Location.of(path).local:

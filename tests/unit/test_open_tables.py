@@ -117,3 +117,36 @@ def test_a_version_is_counted_from_commit_files_after_a_commit_delta_rs_does_not
     calls = listed(monkeypatch)
     assert tables.version(path) == 2 and calls == []
     assert sorted(tables.read_arrow(path)["a"].to_pylist()) == [1, 2, 3]
+
+
+def test_a_table_made_here_is_kept_open(tmp_path, monkeypatch):
+    """A run makes two bronze tables for each table of the pipeline and then writes to them:
+    the table `create_arrow_table` makes is the open one, not opened again."""
+    path = str(tmp_path / "t")
+    tables = DeltaRsTables()
+    assert tables.create_arrow_table(path, rows().schema) is True
+    assert tables.create_arrow_table(path, rows().schema) is False
+    opened = []
+    real = DeltaTable.__init__
+    monkeypatch.setattr(DeltaTable, "__init__",
+                        lambda self, *a, **k: opened.append(1) or real(self, *a, **k))
+    calls = listed(monkeypatch)
+    assert tables.version(path) == 0 and tables.schema(path) == rows().schema
+    tables.append_arrow(path, [rows(4).to_batches()[0]], rows().schema)
+    assert tables.read_arrow(path)["a"].to_pylist() == [4]
+    assert opened == [] and calls == []
+
+
+def test_a_table_made_with_a_timestamp_without_time_zone_declares_the_feature(tmp_path):
+    """Readers (Sail, Spark) require the timestampNtz feature of a table with such a column."""
+    import datetime
+
+    path = str(tmp_path / "t")
+    schema = pa.schema([("at", pa.timestamp("us"))])
+    tables = DeltaRsTables()
+    tables.create_arrow_table(path, schema)
+    assert "timestampNtz" in (DeltaTable(path).protocol().writer_features or [])
+    at = datetime.datetime(2026, 11, 26, 12, 0, 1, 5)
+    tables.append_arrow(path, [pa.record_batch([pa.array([at], pa.timestamp("us"))],
+                                               schema=schema)], schema)
+    assert tables.read_arrow(path)["at"].to_pylist() == [at]
