@@ -36,7 +36,13 @@ def test_a_schema_read_whole_gives_each_table_as_read_alone(mariadb, database, m
         f"- name: t{n}\n  source: {database}.{name}\n" +
         ("  primary_key: [a]\n" if name == "declared" else "") for n, name in enumerate(names)))
     with mysql.cursor(pipeline.source) as cur:
+        queries = []
+        execute = cur.execute
+        cur.execute = lambda sql, *args: queries.append(sql) or execute(sql, *args)
         per_spec = read_tables(cur, pipeline.tables)
+        cur.execute = execute
+        # the listing, the three of the schema, SHOW CREATE TABLE of the versioned table
+        assert len(queries) == 5, queries
         for spec, tables in zip(pipeline.tables, per_spec):
             for table in tables:
                 assert table == read_table(cur, database, table.name, spec.primary_key,
@@ -52,3 +58,4 @@ def test_a_schema_read_whole_gives_each_table_as_read_alone(mariadb, database, m
     assert by_name["ranged"].partitioning.column == "k"
     assert by_name["versioned"].row_end == "until"
     assert [c.name for c in by_name["Plain"].columns] == ["ID", "w"]
+    assert [c.name for c in by_name["plain"].columns] == ["id", "v", "d", "t", "f", "e"]
