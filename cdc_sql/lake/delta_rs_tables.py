@@ -313,8 +313,7 @@ class _Open:
         """The table's latest version, counted by its commit files from the open table's on
         (a commit of `create_write_transaction` does not move the open table); None when
         not known so."""
-        if self._seen is None or self._seen[0] != self.table.version() or \
-                _identity(_commit_file(path, self._seen[0])) != self._seen[1]:
+        if self._as_seen(path) != "same":
             return None
         version = self._seen[0]
         while os.path.exists(_commit_file(path, version + 1)):
@@ -325,12 +324,18 @@ class _Open:
         """"latest" when the open table is known to be at the table's latest version,
         "remade" when the commit file of its version is not the one seen (the table was
         removed and made again: open it anew), else "unknown" (bring it up to date)."""
+        found = self._as_seen(path)
+        if found != "same":
+            return found
+        return "unknown" if os.path.exists(_commit_file(path, self._seen[0] + 1)) else "latest"
+
+    def _as_seen(self, path: str) -> str:
+        """"same" when the open table is at the version seen last and that version's commit
+        file is still the one seen then, "remade" when the file is not, else "unknown"."""
         if self._seen is None or self._seen[0] != self.table.version():
             return "unknown"
         version, identity = self._seen
-        if _identity(_commit_file(path, version)) != identity:
-            return "remade"
-        return "unknown" if os.path.exists(_commit_file(path, version + 1)) else "latest"
+        return "same" if _identity(_commit_file(path, version)) == identity else "remade"
 
     def bring_up(self, path: str) -> None:
         """The open table brought to the table's latest version; dropped (to be opened anew)

@@ -276,7 +276,8 @@ def _quoted(name: str) -> str:
 def _key(unique: list, nullable: set[str]) -> tuple[tuple[str, ...], str]:
     """The PRIMARY key, else the first unique key whose columns are all NOT NULL (by index
     name), with the index's name; ((), "") when there is neither. `unique`: (index, column)
-    rows, Catalog.unique_keys."""
+    rows, the PRIMARY key's first, then by index name, each index's columns in order
+    (Catalog's "unique keys")."""
     indexes: dict[str, list[str]] = {}
     for index, column in unique:
         indexes.setdefault(index, []).append(column)
