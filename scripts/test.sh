@@ -13,9 +13,10 @@ bash scripts/setup.sh
 if [ "$#" -gt 0 ]; then exec .venv/bin/python -m pytest "$@"; fi
 # pyspark 4.0's venv, with cdc-sql's wheel, and Delta 4.0's jars (the wheel's section below)
 # are fetched and built while the suite runs: downloads, mostly, beside a suite bound by CPU.
+# In a process group of its own, so that a CI stopped early stops its pip and mvn as well.
 spark40_log=.venv/setup-spark-4.0.log
-bash scripts/setup.sh spark-4.0 > "$spark40_log" 2>&1 & spark40=$!
-trap 'kill "$spark40" 2>/dev/null || true' EXIT
+setsid bash scripts/setup.sh spark-4.0 > "$spark40_log" 2>&1 & spark40=$!
+trap 'kill -- -"$spark40" 2>/dev/null || true' EXIT
 # The whole suite on two workers (pytest-xdist): each starts its own MariaDB and engine, and
 # one takes the chaos run (2.5 minutes) while the other takes the rest.
 .venv/bin/python -m pytest -n 2
