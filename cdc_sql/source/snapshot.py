@@ -89,6 +89,8 @@ def read_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
 # connectorx's read takes two more connections (its own, and one for the binlog's end after
 # it), 1-2 ms more than pymysql's whole read of a table of ten rows, while pymysql's Python
 # decoding costs microseconds a row (docs/performance.md, "Measurements behind the code").
+# Few rows may still be many bytes (the catalog's sizes leave out long values stored off the
+# row's page): pymysql's batches are bounded in bytes too (BATCH_BYTES).
 SMALL_READ_ROWS = 1_000
 
 
@@ -250,12 +252,41 @@ def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool
                      server, lambda: _close(conn))
 
 
+# A pymysql batch ends after about this much of values that can be long (`wide_columns`),
+# whatever `batch_rows` says: forty rows of 14 MB are not read as one batch.
+BATCH_BYTES = 32 * 2**20
+_SHORT = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "decimal",
+          "year", "bit", "enum", "set", *_TEMPORAL, "time"}
+
+
+def wide_columns(table: SourceTable, batch_rows: int) -> list[int]:
+    """The positions of the columns whose values can be long enough that `batch_rows` of them
+    pass BATCH_BYTES (four bytes a character), or whose length is not declared (JSON,
+    spatial types). Pure."""
+    per_value = BATCH_BYTES // max(batch_rows, 1)
+    return [i for i, c in enumerate(table.columns)
+            if c.data_type not in _SHORT and (c.length is None or 4 * c.length > per_value)]
+
+
+def _fetch(cur, batch_rows: int, wide: list[int], batch_bytes: int) -> list[tuple]:
+    """The next batch: `batch_rows` rows, fewer when the values of the `wide` columns pass
+    `batch_bytes` (counted in characters or bytes, as they arrive)."""
+    if not wide:
+        return cur.fetchmany(batch_rows)
+    rows, size = [], 0
+    while len(rows) < batch_rows and size < batch_bytes and (row := cur.fetchone()) is not None:
+        rows.append(row)
+        size += sum(len(row[i]) for i in wide if isinstance(row[i], (str, bytes)))
+    return rows
+
+
 def _batches(conn, cur, table: SourceTable, splits: list[Split],
              batch_rows: int) -> Iterator[pa.RecordBatch]:
     schema = read_schema(table)
     columns = list(table.columns) + [None] * (len(table.key_text_columns) + 1)
+    wide = wide_columns(table, batch_rows)
     try:
-        while rows := cur.fetchmany(batch_rows):
+        while rows := _fetch(cur, batch_rows, wide, BATCH_BYTES):
             arrays = [pa.array([normalize(column, row[i]) if column else row[i] for row in rows],
                                type=field.type)
                       for i, (column, field) in enumerate(zip(columns, schema))]

@@ -74,3 +74,57 @@ def test_auto_reads_small_tables_tls_and_uncovered_types_with_pymysql(native_ok,
         ("native" if native_ok and not tls and not small else "pymysql")
     assert auto_reader(True, False, SMALL_READ_ROWS) == "pymysql"
     assert auto_reader(True, False, SMALL_READ_ROWS + 1) == "native"
+
+
+def _column(name, data_type, length=None):
+    from cdc_sql.source.schema import Column
+
+    return Column(name, data_type, data_type, None, None, None, length)
+
+
+def test_wide_columns_are_those_whose_values_can_fill_a_batch():
+    """pymysql's batches are bounded in bytes by the columns that can hold long values: long
+    strings and LOBs, and JSON or spatial values (no declared length); not numbers, times,
+    ENUM or SET, nor strings too short for `batch_rows` of them to reach BATCH_BYTES."""
+    from cdc_sql.source.schema import SourceTable
+    from cdc_sql.source.snapshot import BATCH_BYTES, wide_columns
+
+    columns = [_column("id", "bigint"), _column("at", "datetime"), _column("e", "enum", 5),
+               _column("name", "varchar", 255), _column("doc", "longtext", 2**32 - 1),
+               _column("geo", "geometry"), _column("bin", "varbinary", 3000)]
+    table = SourceTable("d", "t", tuple(columns), ("id",))
+    assert wide_columns(table, 65_536) == [3, 4, 5, 6]
+    assert wide_columns(table, BATCH_BYTES // (4 * 255)) == [4, 5, 6]  # fewer rows a batch
+    assert wide_columns(table, 1) == [4, 5]
+
+
+class _Rows:
+    """A streaming cursor over rows given up front (fetchone, fetchmany)."""
+
+    def __init__(self, rows):
+        self.rows = list(rows)
+
+    def fetchone(self):
+        return self.rows.pop(0) if self.rows else None
+
+    def fetchmany(self, n):
+        taken, self.rows = self.rows[:n], self.rows[n:]
+        return taken
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(0, 3), st.integers(50, 400)), max_size=40),
+       st.integers(1, 8))
+def test_pymysql_batches_keep_every_row_in_order_and_end_near_batch_bytes(sizes, batch_rows):
+    """Every row once, in order; a batch holds at most `batch_rows`, and its wide values pass
+    its bytes (here 100) only by its last row's."""
+    from cdc_sql.source.snapshot import _fetch
+
+    rows = [(n, None if size is None else b"x" * size, 7) for n, size in enumerate(sizes)]
+    cursor, batches = _Rows(rows), []
+    while batch := _fetch(cursor, batch_rows, [1], 100):
+        batches.append(batch)
+    assert [row for batch in batches for row in batch] == rows
+    for batch in batches:
+        wide = [len(row[1] or b"") for row in batch]
+        assert len(batch) <= batch_rows and sum(wide[:-1]) < 100
+    assert _fetch(_Rows(rows), batch_rows, [], 100) == rows[:batch_rows]  # no wide column
