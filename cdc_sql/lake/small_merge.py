@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
 import tempfile
 import time
 from typing import Callable, Iterator
@@ -328,7 +329,7 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
                                    max((high for _, high, _ in bronze), default=0),
                                    range_count(estimate))
     started, count = time.perf_counter(), 0
-    with tempfile.TemporaryDirectory(prefix="cdc-sql-ranges-") as spill:
+    with spill_directory() as spill:
         try:
             for (start, stop), part in zip(ranges, _spill(lake, plan, window, key[0], ranges,
                                                           spill)):
@@ -355,6 +356,38 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
     log.debug("silver %s: %d changes merged by rewriting files in %d key ranges in %.3fs",
               plan.spec.name, count, len(ranges), time.perf_counter() - started)
     return None
+
+
+SPILL_PREFIX = "cdc-sql-ranges-"
+
+
+def spill_directory() -> tempfile.TemporaryDirectory:
+    """A directory for a window's key ranges, named with this process's id, after removing
+    those of processes that ended without removing theirs (a run killed while it spilled)."""
+    root = tempfile.gettempdir()
+    for name in stale_spills(os.listdir(root), _alive):
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}-")
+
+
+def stale_spills(names: list[str], alive: Callable[[int], bool]) -> list[str]:
+    """The spill directories among `names` whose process is gone. Pure."""
+    stale = []
+    for name in names:
+        pid = name[len(SPILL_PREFIX):].split("-", 1)[0] if name.startswith(SPILL_PREFIX) else ""
+        if pid.isdigit() and not alive(int(pid)):
+            stale.append(name)
+    return stale
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _spill(lake: Lake, plan, window: Window, column: str, ranges: list[tuple],

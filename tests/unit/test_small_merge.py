@@ -298,3 +298,37 @@ def test_a_batch_is_cut_into_its_key_ranges(keys, cuts, key_type):
     assert sorted(i for _, rows in parts for i in rows.column("n").to_pylist()) == \
         list(range(len(keys)))
     assert len({n for n, _ in parts}) == len(parts)
+
+
+def test_spill_directories_of_ended_processes_are_stale():
+    from cdc_sql.lake.small_merge import stale_spills
+
+    names = ["cdc-sql-ranges-12-abc", "cdc-sql-ranges-13-x", "cdc-sql-ranges-x", "other-12-a",
+             "cdc-sql-ranges-", "cdc-sql-mariadb-12"]
+    assert stale_spills(names, lambda pid: pid == 13) == ["cdc-sql-ranges-12-abc"]
+    assert stale_spills(names, lambda pid: True) == []
+
+
+def test_a_spill_left_by_a_killed_run_is_removed_by_the_next(tmp_path, monkeypatch):
+    """A run killed while it spilled a window's key ranges leaves its directory; the next
+    range merge (the killed run's window, replayed) removes it, and names its own with its
+    process's id."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from cdc_sql.lake import small_merge
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    left = tmp_path / f"cdc-sql-ranges-{int(ended.stdout)}-k1"
+    (left / "range-0.arrow").parent.mkdir()
+    (left / "range-0.arrow").write_bytes(b"x")
+    mine = tmp_path / f"cdc-sql-ranges-{os.getpid()}-k2"
+    mine.mkdir()  # another merge of this process's, still going
+    with small_merge.spill_directory() as spill:
+        assert os.path.basename(spill).startswith(f"cdc-sql-ranges-{os.getpid()}-")
+        assert not left.exists() and mine.exists()
+    assert not os.path.exists(spill)
