@@ -11,13 +11,6 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
 }
 
-if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
-  echo "setup: installing mariadb-server (Debian package)" >&2
-  apt_install mariadb-server mariadb-client
-  # The packaged service is not needed: the demo and tests start private servers.
-  $SUDO service mariadb stop >/dev/null 2>&1 || true
-fi
-
 PYTHON="${PYTHON:-}"
 if [ -z "$PYTHON" ]; then
   for candidate in python3.11 python3; do
@@ -29,32 +22,49 @@ if [ -z "$PYTHON" ]; then
 fi
 [ -n "$PYTHON" ] || { echo "setup: Python 3.11 is required" >&2; exit 1; }
 
-headers="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h"
-if ! command -v cc >/dev/null 2>&1 || [ ! -f "$headers" ]; then
-  echo "setup: installing gcc and the Python headers (the compiled row decoder)" >&2
-  apt_install gcc python3-dev || echo "setup: could not install a compiler; the pure-Python" \
-    "row decoder will be used (about 10x slower capture)" >&2
-fi
+# Debian's packages are fetched and installed while pip fills the venv (both mostly wait on
+# downloads on a fresh machine); the compiled row decoder is built once both are done.
+debian_packages() {
+  if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+    echo "setup: installing mariadb-server (Debian package)" >&2
+    apt_install mariadb-server mariadb-client
+    # The packaged service is not needed: the demo and tests start private servers.
+    $SUDO service mariadb stop >/dev/null 2>&1 || true
+  fi
+  local headers
+  headers="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h"
+  if ! command -v cc >/dev/null 2>&1 || [ ! -f "$headers" ]; then
+    echo "setup: installing gcc and the Python headers (the compiled row decoder)" >&2
+    apt_install gcc python3-dev || echo "setup: could not install a compiler; the pure-Python" \
+      "row decoder will be used (about 10x slower capture)" >&2
+  fi
+  if [ ! -x .venv/azurite/node_modules/.bin/azurite-blob ] && ! command -v npm >/dev/null 2>&1
+  then
+    echo "setup: installing Node.js and npm (Debian packages) for Azurite" >&2
+    apt_install nodejs npm
+  fi
+}
+debian_packages & debian=$!
 
 stamp=".venv/.cdc-sql-installed"
 wanted="$(cat pyproject.toml setup.py cdc_sql/_rowdecode.c | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   echo "setup: creating .venv and installing cdc-sql with its test tools" >&2
+  rm -f cdc_sql/_rowdecode.*.so  # built below, from this tree's source
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e '.[sail,test]'
-  .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 || true
-  echo "$wanted" > "$stamp"
 fi
+wait "$debian" || { echo "setup: installing Debian's packages failed" >&2; exit 1; }
+if ! .venv/bin/python -c 'import cdc_sql._rowdecode' 2>/dev/null; then
+  .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 || true
+fi
+[ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] || echo "$wanted" > "$stamp"
 
 # Object-store endpoints for the tests (tests/objstores.py): moto's S3 server comes with the
 # test extra above; Azurite (Azure Blob / ADLS) is an npm package, kept beside the venv.
 AZURITE_VERSION=3.35.0  # the newest for Node 18-20 (3.36 asks for 21+)
 if [ ! -x .venv/azurite/node_modules/.bin/azurite-blob ]; then
-  if ! command -v npm >/dev/null 2>&1; then
-    echo "setup: installing Node.js and npm (Debian packages) for Azurite" >&2
-    apt_install nodejs npm
-  fi
   echo "setup: installing Azurite $AZURITE_VERSION (npm) for the Azure Blob / ADLS tests" >&2
   npm install --prefix .venv/azurite --no-audit --no-fund --silent \
     "azurite@$AZURITE_VERSION" >/dev/null
