@@ -122,9 +122,8 @@ class DeltaRsWrites:
         actions = parquet_files.write_files(str(path), schema, batches)
         if actions:
             with self._table(path) as table:
-                table.create_write_transaction(
-                    actions, "append", schema,
-                    commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
+                self._commit_aside(path, table, actions, schema,
+                                   CommitProperties(max_commit_retries=COMMIT_RETRIES))
 
     def create_from_streams(self, path: str, schema: pa.Schema,
                             streams: list[Callable[[], Iterable[pa.RecordBatch]]],
@@ -308,6 +307,7 @@ class _Open:
         self.lock = threading.Lock()
         self.table = None
         self._seen: tuple[int, tuple] | None = None
+        self.aside = False  # committed by `create_write_transaction` in the current use
 
     def latest_version(self, path: str) -> int | None:
         """The table's latest version, counted by its commit files from the open table's on
@@ -426,6 +426,17 @@ class DeltaRsTables(DeltaRsWrites):
             before = entry.table.version()
             yield entry.table
             entry.committed(str(path), before)
+            if entry.aside:  # a commit the open table does not follow: seen at the next use
+                entry.aside = False
+                if refreshed is not None:
+                    refreshed.discard(str(path))
+
+    def _commit_aside(self, path: str, table, actions: list, schema: pa.Schema,
+                      properties) -> None:
+        """An append commit of `actions` by delta-rs's `create_write_transaction`, which
+        leaves the open `table` where it was: its next use, `pinned` or not, brings it up."""
+        table.create_write_transaction(actions, "append", schema, commit_properties=properties)
+        self._open_tables[str(path)].aside = True
 
     def _keep_open(self, path: str, table) -> None:
         """`table`, just made here at its latest version, as the open table of `path`."""
@@ -614,9 +625,9 @@ class DeltaRsTables(DeltaRsWrites):
 
         now = int(time.time() * 1000)
         with self._table(path) as table:
-            table.create_write_transaction(
-                [*added, *(RemoveAction(name, True, now) for name in removed)], "append", schema,
-                commit_properties=CommitProperties(custom_metadata={"userMetadata": OWN_MERGE}))
+            self._commit_aside(path, table,
+                               [*added, *(RemoveAction(name, True, now) for name in removed)],
+                               schema, CommitProperties(custom_metadata={"userMetadata": OWN_MERGE}))
 
 
 def _bounds(actions: pa.Table, column: str | None) -> tuple[list, list]:

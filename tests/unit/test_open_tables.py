@@ -119,6 +119,28 @@ def test_a_version_is_counted_from_commit_files_after_a_commit_delta_rs_does_not
     assert sorted(tables.read_arrow(path)["a"].to_pylist()) == [1, 2, 3]
 
 
+@settings(max_examples=25, deadline=None)
+@given(OPERATIONS)
+def test_within_pinned_each_read_sees_this_thread_s_own_commits(tmp_path_factory, operations):
+    """`pinned` brings a table up to date once, at its first use; the commits made through
+    the open tables after that (appends, files written here: delta-rs's
+    `create_write_transaction` leaves its table where it was) are seen by every later read."""
+    path = str(tmp_path_factory.mktemp("pinned") / "t")
+    write_deltalake(path, rows(0))
+    tables, value = DeltaRsTables(), 0
+    with tables.pinned():
+        for operation, _ in operations:
+            value += 1
+            if operation in ("own", "other"):
+                tables.append_arrow(path, [rows(value).to_batches()[0]], rows().schema)
+            elif operation in ("files", "remade"):
+                add_file(tables, path, f"f{value}.parquet", rows(value))
+            truth = DeltaTable(path)
+            assert tables.version(path) == truth.version()
+            assert sorted(tables.read_arrow(path)["a"].to_pylist()) == \
+                sorted(truth.to_pyarrow_table()["a"].to_pylist())
+
+
 def test_a_table_made_here_is_kept_open(tmp_path, monkeypatch):
     """A run makes two bronze tables for each table of the pipeline and then writes to them:
     the table `create_arrow_table` makes is the open one, not opened again."""
