@@ -34,6 +34,15 @@ ROWS = [
                               (4, "2020-02-30", "2020-00-01 00:00:00")]]
 
 
+def source_table(make_pipeline, database: str, name: str, **settings):
+    """A pipeline of the one table `name` (its pipeline name: the part before any `%`), and
+    the table as the source describes it."""
+    pipeline = make_pipeline(f"- name: {name.split('%')[0]}\n  source: {database}.{name}",
+                             **settings)
+    with mysql.cursor(pipeline.source) as cur:
+        return pipeline, read_table(cur, database, name)
+
+
 def read_all(pipeline, table, split, reader):
     read = read_split(pipeline.source, table, split, mariadb=True, reader=reader)
     assert read.reader == reader
@@ -43,9 +52,7 @@ def read_all(pipeline, table, split, reader):
 def test_readers_agree_on_every_covered_type(mariadb, database, make_pipeline):
     mariadb.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'", TYPES,
                     f"INSERT INTO t VALUES {', '.join(ROWS)}", db=database)
-    pipeline = make_pipeline(f"- name: t\n  source: {database}.t")
-    with mysql.cursor(pipeline.source) as cur:
-        table = read_table(cur, database, "t")
+    pipeline, table = source_table(make_pipeline, database, "t")
     assert native_supported(table)
     split = Split(f"{database}.t", 0, None, None)
     native = read_all(pipeline, table, split, "native").sort_by("id")
@@ -65,9 +72,7 @@ def test_readers_agree_on_every_covered_type(mariadb, database, make_pipeline):
 def test_split_bounds_select_the_right_rows(mariadb, database, make_pipeline):
     mariadb.execute("CREATE TABLE s (k VARCHAR(10) PRIMARY KEY, n INT)",
                     "INSERT INTO s VALUES ('a', 1), ('it''s', 2), ('m', 3), ('z', 4)", db=database)
-    pipeline = make_pipeline(f"- name: s\n  source: {database}.s")
-    with mysql.cursor(pipeline.source) as cur:
-        table = read_table(cur, database, "s")
+    pipeline, table = source_table(make_pipeline, database, "s")
     split = Split(f"{database}.s", 1, ("b",), ("m",))
     for reader in ("native", "pymysql"):
         rows = read_all(pipeline, table, split, reader).to_pylist()
@@ -83,9 +88,7 @@ def test_one_read_of_consecutive_splits_tags_each_row_with_its_split(mariadb, da
     mariadb.execute("CREATE TABLE s (k VARCHAR(10) PRIMARY KEY, n INT)",
                     "INSERT INTO s VALUES ('a', 1), ('B', 2), ('it''s', 3), ('M', 4), ('z', 5)",
                     db=database)
-    pipeline = make_pipeline(f"- name: s\n  source: {database}.s")
-    with mysql.cursor(pipeline.source) as cur:
-        table = read_table(cur, database, "s")
+    pipeline, table = source_table(make_pipeline, database, "s")
     splits = [Split(f"{database}.s", 4, None, ("b",)), Split(f"{database}.s", 5, ("b",), ("m",)),
               Split(f"{database}.s", 6, ("m",), None)]
     for reader in ("native", "pymysql"):
@@ -113,9 +116,7 @@ def test_a_read_broken_off_is_a_transient_source_error(mariadb, database, make_p
     mariadb.execute("CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(200))",
                     "INSERT INTO big SELECT seq, REPEAT('x', 200) FROM seq_1_to_300000",
                     db=database)
-    pipeline = make_pipeline(f"- name: big\n  source: {database}.big")
-    with mysql.cursor(pipeline.source) as cur:
-        table = read_table(cur, database, "big")
+    pipeline, table = source_table(make_pipeline, database, "big")
     read = read_split(pipeline.source, table, Split(f"{database}.big", 0, None, None), True,
                       batch_rows=1000, reader=reader)
     with pytest.raises(SourceError) as info:
@@ -163,9 +164,7 @@ def test_pymysql_batches_of_long_values_end_near_batch_bytes(mariadb, database, 
     mariadb.execute("CREATE TABLE w (id INT PRIMARY KEY, doc LONGTEXT, n INT)",
                     "INSERT INTO w SELECT seq, REPEAT('ab', 500 * seq), seq FROM seq_1_to_12",
                     db=database)
-    pipeline = make_pipeline(f"- name: w\n  source: {database}.w")
-    with mysql.cursor(pipeline.source) as cur:
-        table = read_table(cur, database, "w")
+    pipeline, table = source_table(make_pipeline, database, "w")
     monkeypatch.setattr(snapshot, "BATCH_BYTES", 5_000)
     read = read_split(pipeline.source, table, Split(table.qualified, 0, None, None),
                       mariadb=True, reader="pymysql")
@@ -185,9 +184,7 @@ def test_a_write_that_fails_leaves_no_read_open(mariadb, database, make_pipeline
 
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
                     "INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_10", db=database)
-    pipeline = make_pipeline(f"- name: t\n  source: {database}.t", snapshot_reader=reader)
-    with mysql.cursor(pipeline.source) as cur:
-        table = read_table(cur, database, "t")
+    pipeline, table = source_table(make_pipeline, database, "t", snapshot_reader=reader)
 
     def write(table, batches, *_):
         raise OSError("the lake is gone")
@@ -213,9 +210,7 @@ def test_names_holding_percent_signs_are_read_by_both_readers(mariadb, database,
 
     mariadb.execute("CREATE TABLE `p%s%cent` (`k%s` INT PRIMARY KEY, `n%d` INT)",
                     "INSERT INTO `p%s%cent` VALUES (1, 10), (5, 50), (9, 90)", db=database)
-    pipeline = make_pipeline(f"- name: p\n  source: {database}.p%s%cent")
-    with mysql.cursor(pipeline.source) as cur:
-        table = read_table(cur, database, "p%s%cent")
+    pipeline, table = source_table(make_pipeline, database, "p%s%cent")
     name = f"{database}.p%s%cent"
     for splits in ([Split(name, 0, None, None)],
                    [Split(name, 1, None, (5,)), Split(name, 2, (5,), None)]):
