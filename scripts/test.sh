@@ -19,7 +19,7 @@ setsid bash scripts/setup.sh spark-4.0 > "$spark40_log" 2>&1 & spark40=$!
 trap 'kill -- -"$spark40" 2>/dev/null || true' EXIT
 # The whole suite on two workers (pytest-xdist): each starts its own MariaDB and engine, and
 # one takes the chaos run (1.5-2 minutes) while the other takes the rest.
-.venv/bin/python -m pytest -n 2
+.venv/bin/python -m pytest -n 2 --durations=15  # the slowest, to see where CI's time goes
 I=tests/integration
 section() { echo "== $1"; SECONDS=0; }
 took() { echo "== ($SECONDS s)"; }
@@ -45,7 +45,7 @@ took
 # second run, a unique key for a key, floats by each reader (Spark's tasks read them here).
 feature_test=test_silver_goes_on_after_delta_spark_turns_on_a_feature_delta_rs_cannot_write
 section "JVM Spark 4.1 with Delta Lake 4.4 (engine local)"
-CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q \
+CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q --durations=10 \
   $I/test_end_to_end.py $I/test_engine.py $I/test_spark_session.py $I/test_types.py \
   $I/test_mixed_writers.py \
   "$I/test_floats.py::test_silver_holds_every_bit_on_every_path[spark-tasks]" \
