@@ -31,7 +31,7 @@ from cdc_sql.lake.state import SplitEntry
 from cdc_sql.lake.tables import COMMIT_RETRIES, append_with_delta_rs
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable
-from cdc_sql.source.snapshot import read_splits
+from cdc_sql.source.snapshot import read_splits, rows_a_batch
 from cdc_sql.source.splits import SplitGroup
 from cdc_sql.source.watermarks import binary_log_status
 
@@ -45,8 +45,8 @@ def land_splits(source, group: SplitGroup, mariadb: bool, write: Writer,
     `base`: what the source's binlog file numbers get in offsets (source/failover.py)."""
     attempt = uuid.uuid4().hex[:12]
     table, splits = group.table, group.splits
-    read = read_splits(source, table, splits, mariadb, reader=source.snapshot_reader,
-                       rows=group.rows)
+    read = read_splits(source, table, splits, mariadb, rows_a_batch(group.row_bytes),
+                       reader=source.snapshot_reader, rows=group.rows)
     read_at = dt.datetime.now(dt.timezone.utc)
     watermark = dataclasses.replace(read.watermark.position, base=base)
     # A GTID watermark gets its offset from the binlog reader; until then rows carry none.

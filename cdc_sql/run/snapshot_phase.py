@@ -44,7 +44,7 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
         pending_tables = [t for t in view.source_tables
                           if any(not s.done for s in checkpoint.splits(t.qualified))]
         for table in pending_tables:
-            sizes[table.qualified] = table_size(cur, table)[0]
+            sizes[table.qualified] = table_size(cur, table)  # (rows, bytes a row)
     whole = read_whole(plans)  # all splits again, in one read
     unfinished = {t.qualified: [s.split for s in checkpoint.splits(t.qualified)
                                 if not s.done or t.qualified in whole]
@@ -56,12 +56,13 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
                                    [s.split_id for s in unfinished[table.qualified]])
 
     tables.each(prepare, pending_tables)
-    pending = [SplitGroup(table, group, sizes[table.qualified] * len(group) //
-                          max(len(unfinished[table.qualified]), 1))
+    pending = [SplitGroup(table, group, sizes[table.qualified][0] * len(group) //
+                          max(len(unfinished[table.qualified]), 1), sizes[table.qualified][1])
                for table in pending_tables for group in (
         [sorted(unfinished[table.qualified], key=lambda s: s.split_id)]
         if table.qualified in whole else
-        group_splits(unfinished[table.qualified], sizes[table.qualified], source.parallelism))]
+        group_splits(unfinished[table.qualified], sizes[table.qualified][0],
+                     source.parallelism))]
     levels = snapshot_levels(plans)  # cascades set off cascades: parents first
     firsts = route.written_ahead(run.lake, plans) if pending else {}
     rows = 0

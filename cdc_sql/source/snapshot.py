@@ -73,8 +73,21 @@ def _native_ok(column: Column) -> bool:
     return column.data_type in _NATIVE
 
 
+BATCH_ROWS = 65_536  # rows a batch of the snapshot holds at most
+# A pymysql batch ends after about this much of values that can be long (`wide_columns`),
+# whatever its row count: forty rows of 14 MB are not read as one batch.
+BATCH_BYTES = 32 * 2**20
+
+
+def rows_a_batch(row_bytes: int | None) -> int:
+    """How many rows a read's batches hold: BATCH_ROWS, fewer when the catalog says a row
+    holds so many bytes that BATCH_ROWS of them pass BATCH_BYTES (connectorx's batches are
+    counted in rows only; pymysql's also end past BATCH_BYTES, `_fetch`). Pure."""
+    return max(1, min(BATCH_ROWS, BATCH_BYTES // max(row_bytes or 1, 1)))
+
+
 def read_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
-                batch_rows: int = 65_536, reader: str = "auto",
+                batch_rows: int = BATCH_ROWS, reader: str = "auto",
                 rows: int | None = None) -> SplitRead:
     """Consecutive splits of one table in one consistent read and one query (`rows`: about
     how many rows they hold, None when not known)."""
@@ -89,8 +102,9 @@ def read_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
 # connectorx's read takes two more connections (its own, and one for the binlog's end after
 # it), 1-2 ms more than pymysql's whole read of a table of ten rows, while pymysql's Python
 # decoding costs microseconds a row (docs/performance.md, "Measurements behind the code").
-# Few rows may still be many bytes (the catalog's sizes leave out long values stored off the
-# row's page): pymysql's batches are bounded in bytes too (BATCH_BYTES).
+# Few rows may still be many bytes, and the catalog's sizes lag a table just filled (InnoDB
+# counts long values stored off the row's pages at its next statistics): pymysql's batches are
+# bounded in bytes as they arrive (BATCH_BYTES).
 SMALL_READ_ROWS = 1_000
 
 
@@ -103,7 +117,7 @@ def auto_reader(native_ok: bool, tls: bool, rows: int | None) -> str:
 
 
 def read_split(source, table: SourceTable, split: Split, mariadb: bool,
-               batch_rows: int = 65_536, reader: str = "auto") -> SplitRead:
+               batch_rows: int = BATCH_ROWS, reader: str = "auto") -> SplitRead:
     return read_splits(source, table, [split], mariadb, batch_rows, reader)
 
 
@@ -252,9 +266,6 @@ def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool
                      server, lambda: _close(conn))
 
 
-# A pymysql batch ends after about this much of values that can be long (`wide_columns`),
-# whatever `batch_rows` says: forty rows of 14 MB are not read as one batch.
-BATCH_BYTES = 32 * 2**20
 _SHORT = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "decimal",
           "year", "bit", "enum", "set", *_TEMPORAL, "time"}
 

@@ -133,6 +133,7 @@ class SplitGroup:
     table: SourceTable
     splits: list[Split]
     rows: int | None = None  # about how many rows the group holds (None: not known)
+    row_bytes: int | None = None  # about how many bytes a row holds, by the catalog
 
 
 def group_splits(splits: list[Split], estimated_rows: int, parallelism: int) -> list[list[Split]]:

@@ -130,6 +130,38 @@ def test_a_read_broken_off_is_a_transient_source_error(mariadb, database, make_p
     assert info.value.transient and f"{database}.big" in str(info.value), str(info.value)
 
 
+def test_a_snapshot_s_batches_hold_as_many_rows_as_the_catalog_s_row_bytes_allow(
+        mariadb, database, engine, make_pipeline, monkeypatch):
+    """connectorx counts its batches in rows only: a run's reads ask for as many rows a batch
+    as BATCH_BYTES holds at the catalog's bytes a row (`rows_a_batch`); silver exact."""
+    import dataclasses
+
+    from cdc_sql import snapshot_tasks
+    from cdc_sql.source import snapshot
+    from cdc_sql.source.splits import table_size
+    from tests.integration.helpers import assert_silver_equals, run
+
+    mariadb.execute("CREATE TABLE w (id INT PRIMARY KEY, doc LONGTEXT)",
+                    "INSERT INTO w SELECT seq, REPEAT('ab', 2000 * seq) FROM seq_1_to_12",
+                    "ANALYZE TABLE w", db=database)
+    pipeline, table = source_table(make_pipeline, database, "w", snapshot_reader="native")
+    with mysql.cursor(pipeline.source) as cur:
+        row_bytes = table_size(cur, table)[1]
+    monkeypatch.setattr(snapshot, "BATCH_BYTES", 3 * row_bytes)  # three rows a batch
+    asked, sizes, read_splits = [], [], snapshot_tasks.read_splits
+
+    def recorded(source, table, splits, mariadb, batch_rows, **kwargs):
+        asked.append(batch_rows)
+        read = read_splits(source, table, splits, mariadb, batch_rows, **kwargs)
+        return dataclasses.replace(read, batches=(sizes.append(b.num_rows) or b
+                                                  for b in read.batches))
+
+    monkeypatch.setattr(snapshot_tasks, "read_splits", recorded)
+    run(pipeline, engine)
+    assert asked == [3] and [n for n in sizes if n] == [3, 3, 3, 3], (row_bytes, asked, sizes)
+    assert_silver_equals(engine, pipeline, "w", mariadb, f"SELECT * FROM {database}.w")
+
+
 def test_auto_reads_a_small_table_in_the_watermark_s_own_snapshot(mariadb, database, engine,
                                                                   make_pipeline):
     """`snapshot_reader: auto` reads a table of SMALL_READ_ROWS or fewer with pymysql, inside

@@ -128,3 +128,18 @@ def test_pymysql_batches_keep_every_row_in_order_and_end_near_batch_bytes(sizes,
         wide = [len(row[1] or b"") for row in batch]
         assert len(batch) <= batch_rows and sum(wide[:-1]) < 100
     assert _fetch(_Rows(rows), batch_rows, [], 100) == rows[:batch_rows]  # no wide column
+
+
+@given(st.one_of(st.none(), st.integers(0, 2**40)))
+def test_a_batch_holds_fewer_rows_the_more_bytes_a_row_holds(row_bytes):
+    """BATCH_ROWS rows a batch, fewer when the catalog's bytes a row would take BATCH_ROWS of
+    them past BATCH_BYTES; never none."""
+    from cdc_sql.source.snapshot import BATCH_BYTES, BATCH_ROWS, rows_a_batch
+
+    rows = rows_a_batch(row_bytes)
+    assert 1 <= rows <= BATCH_ROWS
+    if row_bytes and rows > 1:
+        assert rows * row_bytes <= BATCH_BYTES
+    if not row_bytes or row_bytes * BATCH_ROWS <= BATCH_BYTES:
+        assert rows == BATCH_ROWS
+    assert rows_a_batch(3 * 2**20) == 10  # rows of 3 MB: ten a batch
