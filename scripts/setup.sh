@@ -59,7 +59,7 @@ wait "$debian" || { echo "setup: installing Debian's packages failed" >&2; exit 
 if ! .venv/bin/python -c 'import cdc_sql._rowdecode' 2>/dev/null; then
   .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 || true
 fi
-[ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] || echo "$wanted" > "$stamp"
+echo "$wanted" > "$stamp"
 
 # Object-store endpoints for the tests (tests/objstores.py): moto's S3 server comes with the
 # test extra above; Azurite (Azure Blob / ADLS) is an npm package, kept beside the venv.

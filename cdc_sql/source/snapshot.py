@@ -266,8 +266,8 @@ def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool
                      server, lambda: _close(conn))
 
 
-_SHORT = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "decimal",
-          "year", "bit", "enum", "set", *_TEMPORAL, "time"}
+_SHORT = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "year", "bit",
+          "enum", "set", *_TEMPORAL, *_AS_TEXT}
 
 
 def wide_columns(table: SourceTable, batch_rows: int) -> list[int]:
