@@ -5,8 +5,9 @@ import textwrap
 import pytest
 
 from cdc_sql.cli import main
-from cdc_sql.config.model import load_pipeline
-from cdc_sql.dev.mariadb import MariaDB
+from cdc_sql.config.model import Source, Tls, load_pipeline
+from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
+from cdc_sql.source.mysql import Connection, cursor
 from tests.integration.helpers import assert_silver_equals, run
 
 pytestmark = pytest.mark.integration
@@ -100,3 +101,13 @@ def test_a_server_certificate_from_another_ca_is_refused(tls_server, tmp_path, c
     message = capsys.readouterr().err
     assert "TLS" in message and "certificate" in message and "source.ssl.ca" in message
     assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.parametrize("tls", [Tls(), Tls(required=True)], ids=["no ssl", "required"])
+def test_without_a_ca_the_connection_is_encrypted_by_the_shared_context(tls_server, tls):
+    server, _ = tls_server
+    source = Source(host="127.0.0.1", port=server.port, user=USER, password=PASSWORD, ssl=tls)
+    with cursor(source) as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        assert cur.fetchone()[1], "not encrypted"
+        assert cur.connection.ctx is Connection._unverified
