@@ -34,17 +34,19 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
     source = run.pipeline.source
     checkpoint = _prepare_resnapshots(run, view, run.state.load())
     initial = source.startup in ("initial", "snapshot-only")
-    sizes = {}
     with mysql.cursor(source) as cur:  # new tables too (a shard that appeared)
-        new = [(t, plan_splits(cur, t, source.chunk_size, source.parallelism))
-               for t in view.source_tables if initial and not checkpoint.splits(t.qualified)]
+        sizes = {t.qualified: table_size(cur, t)  # (rows, bytes a row)
+                 for t in view.source_tables if initial and not checkpoint.splits(t.qualified)}
+        new = [plan_splits(cur, t, source.chunk_size, source.parallelism, sizes[t.qualified])
+               for t in view.source_tables if t.qualified in sizes]
         if new:
-            run.state.write(*(SplitEntry.planned(s) for _, splits in new for s in splits))
+            run.state.write(*(SplitEntry.planned(s) for splits in new for s in splits))
             checkpoint = run.state.load()
         pending_tables = [t for t in view.source_tables
                           if any(not s.done for s in checkpoint.splits(t.qualified))]
         for table in pending_tables:
-            sizes[table.qualified] = table_size(cur, table)  # (rows, bytes a row)
+            if table.qualified not in sizes:  # planned by an earlier run
+                sizes[table.qualified] = table_size(cur, table)
     whole = read_whole(plans)  # all splits again, in one read
     unfinished = {t.qualified: [s.split for s in checkpoint.splits(t.qualified)
                                 if not s.done or t.qualified in whole]

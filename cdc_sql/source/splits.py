@@ -169,12 +169,13 @@ def table_size(cur, table: SourceTable) -> tuple[int, int]:
     return rows, row_bytes
 
 
-def plan_splits(cur, table: SourceTable, chunk_size: int, parallelism: int = 2) -> list[Split]:
+def plan_splits(cur, table: SourceTable, chunk_size: int, parallelism: int = 2,
+                size: tuple[int, int] | None = None) -> list[Split]:
     """Even ranges by MIN/MAX arithmetic for dense integer keys, else by walking the key index.
-    `chunk_size` 0: sized from the table (split_rows)."""
+    `chunk_size` 0: sized from the table (split_rows); `size`: its table_size, if read."""
     key = [mysql_quote(k) for k in table.key]
     source = f"{mysql_quote(table.db)}.{mysql_quote(table.name)}"
-    count, row_bytes = table_size(cur, table)
+    count, row_bytes = size or table_size(cur, table)
     chunk_size = chunk_size or split_rows(count, row_bytes, parallelism)
     if count <= chunk_size:
         return [Split(table.qualified, 0, None, None)]

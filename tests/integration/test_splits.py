@@ -102,3 +102,27 @@ def test_the_first_silver_version_needs_no_clustering(mariadb, database, make_pi
     operations = [h["operation"] for h in DeltaTable(silver_path(pipeline, "t")).history()]
     assert not [op for op in operations if "OPTIMIZE" in op.upper()], operations
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")
+
+
+def test_a_first_run_reads_each_tables_size_once(mariadb, database, make_pipeline, engine,
+                                                 monkeypatch):
+    """Planning a table's splits and grouping them for reading take the same size: one
+    catalog query (and a COUNT(*) of a small table) a table, not two."""
+    from cdc_sql.run import snapshot_phase
+    from cdc_sql.source import splits
+    from tests.integration.helpers import assert_silver_equals, run
+
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_3000",
+                    "CREATE TABLE u (id INT PRIMARY KEY)", "INSERT INTO u VALUES (1), (2)",
+                    db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t\n"
+                             f"- name: u\n  source: {database}.u", chunk_size=1000)
+    read = []
+    sized = splits.table_size
+    for module in (splits, snapshot_phase):
+        monkeypatch.setattr(module, "table_size",
+                            lambda cur, table: read.append(table.name) or sized(cur, table))
+    run(pipeline, engine)
+    assert sorted(read) == ["t", "u"]
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")
