@@ -50,6 +50,7 @@ class Pass:
     started_at: str | None = None        # the offset it started from
     resnapshots: list[str] = field(default_factory=list)  # source tables it asked to read again
     batches: list[summary.Batch] = field(default_factory=list)  # each commit: rows, seconds
+    more: bool = False  # it ended at its bytes' bound, before the position it was to reach
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,10 @@ class Policy:
 
 class Capture:
     def __init__(self, lake: Lake, state, source, tables, mariadb: bool, matches, stop=None,
-                 server: str = "", policy: Policy = Policy(), schema_at: Position | None = None):
+                 server: str = "", policy: Policy = Policy(), schema_at: Position | None = None,
+                 pass_bytes: int = 0):
         self.lake, self.state, self.source = lake, state, source
+        self.pass_bytes = pass_bytes  # a pass ends at a transaction's end past these (0: never)
         self.tables = {(t.db, t.name): t for t in tables}
         self.mariadb, self.matches, self.stop = mariadb, matches, stop
         self.server = server  # the identity of the server read (source/failover.py)
@@ -119,21 +122,25 @@ class Capture:
                               server=self.server, by_gtid=by_gtid, base=base, drop=drop,
                               held=self.committed.held, schema_at=self.schema_at,
                               policy=self.policy)
-        last_flush = time.monotonic()
+        last_flush, landed = time.monotonic(), 0  # bytes of row images landed by this pass
         try:
             for kind in reader.read():
                 if kind == "part":  # a large transaction: land what it has so far
+                    landed += reader.pending_bytes
                     self._submit(reader.take(), None, result)
                     continue
+                ending = ended(landed + reader.pending_bytes, self.pass_bytes)
                 full = reader.pending_rows >= batch_rows or \
                     reader.pending_bytes >= self.source.binlog_batch_bytes or \
                     time.monotonic() - last_flush >= self.source.binlog_batch_seconds
-                if full:
+                if full or ending:
+                    landed += reader.pending_bytes
                     self.flush(reader, reader.source_time, pending, marks, result)
                     last_flush = time.monotonic()
-                if self.stop is not None and self.stop.is_set():
+                if self.stop is not None and self.stop.is_set() or ending:
                     break
             caught_up = reader.position.offset >= stop_at.offset
+            result.more = not caught_up and ended(landed, self.pass_bytes)
             self.flush(reader, seen_at if caught_up else reader.source_time, pending, marks,
                        result)
             self.wait()
@@ -232,6 +239,12 @@ class Capture:
         self.state.write(entry, *resolved)
         self.committed, self.landing = entry, {tuple(t) for t in entry.landing}
         self.state.compact_if_due()  # two state commits a batch: a long pass compacts too
+
+
+def ended(landed: int, pass_bytes: int) -> bool:
+    """Whether a pass that landed `landed` bytes of row images ends at this transaction's end
+    (`pass_bytes`: its bound, 0 for none). Pure."""
+    return 0 < pass_bytes <= landed
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,13 @@ class EngineConfig:
                           "reference path): no window merged in this process by delta-rs, no "
                           "first version written during the snapshot; the CLI's --sql-only "
                           "sets it", False)
+    window_bytes: int = _key("when some table's windows go through the engine's SQL, a "
+                             "capture pass ends at the first transaction's end past this "
+                             "many bytes of row images (as source.binlog_batch_bytes counts "
+                             "them), and its windows are merged before capture goes on: the "
+                             "engine's memory follows a window's size, and a run far behind "
+                             "the source would merge all of it at once; 0: no bound",
+                             256 * 2**20, minimum=0)
     conf: dict[str, str] = _key("Spark settings (spark.*) for the JVM Spark cdc-sql starts "
                                 "itself (mode local), e.g. a metastore for target.catalog "
                                 "(docs/engines.md); a remote or active Spark has its own",

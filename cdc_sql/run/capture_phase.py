@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from cdc_sql import planner, resnapshot
 from cdc_sql.capture import Capture, Policy
 from cdc_sql.lake import bronze
+from cdc_sql.lake.silver import route
 from cdc_sql.lake.silver.plan import SilverPlan, carries, cascade_parents, sources_by_table
 from cdc_sql.lake.state import Checkpoint
 from cdc_sql.run.context import Run
@@ -23,7 +24,7 @@ from cdc_sql.source.preflight import SourceView
 class Captured:
     """What a capture pass found: the changes it landed, where it began (None: it did not
     run), the source tables it wrote, the tables a DDL changed or that must be read again,
-    and its bronze commits."""
+    its bronze commits, and whether it ended before the position it was to reach."""
 
     changes: int = 0
     started_at: str | None = None
@@ -31,6 +32,7 @@ class Captured:
     schema_changed: list[str] = field(default_factory=list)
     resnapshots: list[str] = field(default_factory=list)
     batches: list[Batch] = field(default_factory=list)
+    more: bool = False  # it ended at engine.window_bytes: capture goes on after the merge
 
 
 def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Position,
@@ -45,12 +47,20 @@ def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Positio
     capture = Capture(run.lake, run.state, run.pipeline.source, view.source_tables,
                       view.mariadb, lambda db, table: any(
                           spec.matches(db, table) for spec in run.pipeline.tables),
-                      run.stop, view.server, _policy(run, plans), view.read_at)
+                      run.stop, view.server, _policy(run, plans), view.read_at,
+                      pass_bytes(run, plans))
     result = capture.run(checkpoint, start, stop_at, view.end_seen_at,
                          saved.gtid if saved else gtid_at(run, view, start),
                          by_gtid=resume.by_gtid(saved.position if saved else None), base=view.base)
     return Captured(result.changes, start.offset.text, frozenset(result.changed_tables),
-                    result.schema_changed, result.resnapshots, result.batches)
+                    result.schema_changed, result.resnapshots, result.batches, result.more)
+
+
+def pass_bytes(run: Run, plans: list[SilverPlan]) -> int:
+    """Where a capture pass ends, in bytes of row images (0: at the position it was to reach):
+    `engine.window_bytes` when some table's windows go through the engine, whose memory follows
+    a window's size; a window merged in this process is read in key ranges, whatever its size."""
+    return run.pipeline.engine.window_bytes if route.engine_wanted(run.lake, plans) else 0
 
 
 def _policy(run: Run, plans: list[SilverPlan]) -> Policy:

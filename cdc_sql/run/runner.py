@@ -7,8 +7,9 @@
    (snapshot_phase.py);
 3. capture the binlog from where it stopped (first time: the lowest watermark) up to the source
    position seen at start, whole transactions per bronze commit (capture_phase.py, capture.py);
+   where windows go through the engine, a pass ends past `engine.window_bytes`;
 4. merge each silver table's next window (merge_phase.py: planner.py, lake/silver/), then
-   record the applied offset.
+   record the applied offset; capture again while a pass ended before that position.
 Each phase is handed what it needs and returns what it found (the runner keeps nothing else);
 each commits before the next starts and every commit is replay-safe, so a run killed anywhere
 is finished by the next one (docs/architecture.md, "Crash points"). When the engine starts is
@@ -167,8 +168,8 @@ class Runner:
                 merged = merger.merge(plans, self.state.load(), seen, batches)
             summary.captured_changes += captured.changes
             summary.merged_tables |= set(merged)
-            if captured.schema_changed or captured.resnapshots:  # go on with the new
-                continue  # definitions, or read tables again
+            if captured.schema_changed or captured.resnapshots or captured.more:
+                continue  # go on with the new definitions, read tables again, or capture on
             if until_caught_up or self.stop.wait(poll_seconds):
                 break
             view = self._refresh_end(view)

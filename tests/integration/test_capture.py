@@ -335,3 +335,34 @@ def test_kills_between_the_parts_of_a_large_transaction_write_nothing_twice(
     assert checkpoint(engine, pipeline).capture.landing == []
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
     assert_silver_equals(engine, pipeline, "u", mariadb, f"SELECT * FROM {database}.u")
+
+
+@pytest.mark.parametrize("projected", [True, False], ids=["engine", "in-process"])
+def test_a_pass_ends_past_the_engines_window_bytes_and_the_run_goes_on(
+        mariadb, database, engine, make_pipeline, projected):
+    """A run far behind the source, whose windows go through the engine (a projection), merges
+    them a pass at a time: each pass ends at the first transaction's end past
+    `engine.window_bytes` (1 here: every transaction), its windows are merged, and capture
+    goes on to the position the run saw at start. The engine's memory follows a window; a
+    window merged in this process is read in key ranges, so a plain table's pass is not cut."""
+    import dataclasses
+
+    from tests.integration.helpers import silver_path
+
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+                    "INSERT INTO t SELECT seq, 0 FROM seq_1_to_100", db=database)
+    projection = "\n  projection: SELECT id, v FROM t WHERE v >= 0" if projected else ""
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t{projection}")
+    pipeline = dataclasses.replace(pipeline, engine=dataclasses.replace(pipeline.engine,
+                                                                        window_bytes=1))
+    run(pipeline, engine)
+    first = DeltaTable(silver_path(pipeline, "t")).version()
+    mariadb.execute(*[f"UPDATE t SET v = v + {i} WHERE id <= {20 * i}" for i in range(1, 5)],
+                    "DELETE FROM t WHERE id > 90", db=database)
+    summary = run(pipeline, engine)
+    assert summary["captured_changes"] == 20 + 40 + 60 + 80 + 10
+    assert DeltaTable(silver_path(pipeline, "t")).version() - first == (5 if projected else 1)
+    positions = [value["position"] for kind, _, value in state_log(pipeline.root)
+                 if kind == "capture"]
+    assert len(set(positions)) == (1 + 5 if projected else 1 + 1)  # the first run's, each pass's
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")

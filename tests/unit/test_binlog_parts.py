@@ -1,4 +1,5 @@
-"""When the binlog reader lands part of an open transaction (source/binlog.lands_part)."""
+"""When the binlog reader lands part of an open transaction (source/binlog.lands_part), and
+when a capture pass ends (capture.ended)."""
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,3 +34,12 @@ def test_rules(before_rows, own_rows, before_bytes, own_bytes):
         assert held[0] < 2 * PART[0] and held[1] < 2 * PART[1]  # never more than twice
     if held[0] < PART[0] and held[1] < PART[1]:
         assert not landed  # a batch not full yet is never cut
+
+
+@given(st.integers(0, 10**9), st.integers(0, 10**9))
+def test_a_pass_ends_once_it_landed_its_bound_and_never_without_one(landed, bound):
+    """capture.ended: engine.window_bytes 0 never ends a pass early."""
+    from cdc_sql.capture import ended
+
+    assert ended(landed, bound) == (bound > 0 and landed >= bound)
+    assert not ended(landed, 0)
