@@ -366,3 +366,42 @@ def test_a_pass_ends_past_the_engines_window_bytes_and_the_run_goes_on(
                  if kind == "capture"]
     assert len(set(positions)) == (1 + 5 if projected else 1 + 1)  # the first run's, each pass's
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")
+
+
+@pytest.mark.parametrize("point", ["bronze.appended", "state.committed"])
+def test_a_run_killed_between_its_passes_is_finished_by_the_next(
+        mariadb, database, engine, make_pipeline, monkeypatch, point):
+    """Killed in its second pass (its batch in bronze, state not told; or its windows merged
+    and recorded), a run bounded by `engine.window_bytes` leaves what the next run finishes
+    exactly: each pass's commits are those of a whole run."""
+    import dataclasses
+
+    from cdc_sql import faults
+
+    class Crash(Exception):
+        pass
+
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+                    "INSERT INTO t SELECT seq, 0 FROM seq_1_to_100", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t\n"
+                             f"  projection: SELECT id, v FROM t WHERE v >= 0")
+    pipeline = dataclasses.replace(pipeline, engine=dataclasses.replace(pipeline.engine,
+                                                                        window_bytes=1))
+    run(pipeline, engine)
+    mariadb.execute(*[f"UPDATE t SET v = v + {i} WHERE id <= {20 * i}" for i in range(1, 5)],
+                    "DELETE FROM t WHERE id > 90", "INSERT INTO t VALUES (200, -1)",
+                    db=database)
+    reached = []
+
+    def crash(name):
+        reached.extend([name] if name == point else [])
+        if len(reached) == 2:
+            raise Crash(name)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(faults, "point", crash)
+        with pytest.raises(Crash):
+            run(pipeline, engine)
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "t", mariadb,
+                         f"SELECT id, v FROM {database}.t WHERE v >= 0")
