@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from cdc_sql import planner, resnapshot
 from cdc_sql.capture import Capture, Policy
 from cdc_sql.lake import bronze
-from cdc_sql.lake.silver import route
 from cdc_sql.lake.silver.plan import SilverPlan, carries, cascade_parents, sources_by_table
 from cdc_sql.lake.state import Checkpoint
 from cdc_sql.run.context import Run
@@ -36,7 +35,10 @@ class Captured:
 
 
 def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Position,
-            plans: list[SilverPlan], resume: ResumePlan, engine_early: bool) -> Captured:
+            plans: list[SilverPlan], resume: ResumePlan, engine_early: bool,
+            pass_bytes: int = 0) -> Captured:
+    """A pass up to `stop_at`, or to the first transaction's end past `pass_bytes` of row
+    images (engine_policy.window_bytes; 0: no bound)."""
     if run.pipeline.source.startup == "snapshot-only":
         return Captured()
     saved = checkpoint.capture
@@ -47,20 +49,12 @@ def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Positio
     capture = Capture(run.lake, run.state, run.pipeline.source, view.source_tables,
                       view.mariadb, lambda db, table: any(
                           spec.matches(db, table) for spec in run.pipeline.tables),
-                      run.stop, view.server, _policy(run, plans), view.read_at,
-                      pass_bytes(run, plans))
+                      run.stop, view.server, _policy(run, plans), view.read_at, pass_bytes)
     result = capture.run(checkpoint, start, stop_at, view.end_seen_at,
                          saved.gtid if saved else gtid_at(run, view, start),
                          by_gtid=resume.by_gtid(saved.position if saved else None), base=view.base)
     return Captured(result.changes, start.offset.text, frozenset(result.changed_tables),
                     result.schema_changed, result.resnapshots, result.batches, result.more)
-
-
-def pass_bytes(run: Run, plans: list[SilverPlan]) -> int:
-    """Where a capture pass ends, in bytes of row images (0: at the position it was to reach):
-    `engine.window_bytes` when some table's windows go through the engine, whose memory follows
-    a window's size; a window merged in this process is read in key ranges, whatever its size."""
-    return run.pipeline.engine.window_bytes if route.engine_wanted(run.lake, plans) else 0
 
 
 def _policy(run: Run, plans: list[SilverPlan]) -> Policy:

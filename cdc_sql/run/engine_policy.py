@@ -6,7 +6,8 @@ will surely be used: tables registered in a catalog, or a table whose windows go
 engine's SQL whatever their size (lake/silver/route.py), and only if there is something to read
 (`early_for_capture`). Otherwise it starts on first use, if
 ever: the lake's engine is lazy, and a run of plain tables on a local path seldom needs it (a
-window past the memory budget, a DDL)."""
+window past the memory budget, a DDL). Where the engine merges, it also bounds how much one
+capture pass gathers for it (`window_bytes`)."""
 from __future__ import annotations
 
 from cdc_sql.config.model import Pipeline
@@ -19,6 +20,13 @@ from cdc_sql.source.offsets import Position
 def starts_early(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> bool:
     """Whether this run starts the engine while the source is read."""
     return bool(pipeline.target.schema) or route.engine_wanted(lake, plans)
+
+
+def window_bytes(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> int:
+    """Where a capture pass ends, in bytes of row images (0: at the position it was to reach):
+    `engine.window_bytes` when some table's windows go through the engine, whose memory follows
+    a window's size; a window merged in this process is read in key ranges, whatever its size."""
+    return pipeline.engine.window_bytes if route.engine_wanted(lake, plans) else 0
 
 
 def start_early(lake: Lake, early: bool) -> None:

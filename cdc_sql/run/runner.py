@@ -130,6 +130,7 @@ class Runner:
                 poll_seconds: float) -> None:
         """The phases in order, then capture and merge again until caught up (or stopped)."""
         early = engine_policy.starts_early(self.pipeline, self.lake, plans)
+        bound = engine_policy.window_bytes(self.pipeline, self.lake, plans)
         view, resumed = resume.resolve_server(self.phases, view, checkpoint)
         self.ensure_bronze(view)
         resume.start_capture(self.phases, view, checkpoint)
@@ -150,7 +151,7 @@ class Runner:
                 view, checkpoint = self._refresh_end(view), self.state.load()
             with summary.timed("capture"):
                 captured = capture_phase.capture(self.phases, view, checkpoint, view.end, plans,
-                                                 resumed, early)
+                                                 resumed, early, bound)
             seen = Seen(seen.captured_from or captured.started_at,
                         seen.changed_tables | captured.changed_tables)
             batches += captured.batches
@@ -160,6 +161,7 @@ class Runner:
                     server=view.server, base=view.base)
                 plans = self._silver_plans(view)
                 early = engine_policy.starts_early(self.pipeline, self.lake, plans)
+                bound = engine_policy.window_bytes(self.pipeline, self.lake, plans)
                 self.ensure_bronze(view)
                 with summary.timed("snapshot"):  # of tables that just began to match
                     if snapshot_phase.snapshot(self.phases, view, plans, early):
