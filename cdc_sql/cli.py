@@ -13,7 +13,7 @@ import sys
 import threading
 from dataclasses import replace
 
-from cdc_sql import engine
+from cdc_sql import engine, pandas_probe
 from cdc_sql.config import layout
 from cdc_sql.config.json_schema import reference_markdown, schema_text
 from cdc_sql.config.model import Pipeline, load_pipeline
@@ -524,7 +524,9 @@ def console() -> None:
     """The `cdc-sql` command. Its work is durable when main() returns (every commit is
     synchronous), so the process ends there, after the exit handlers and with its output
     flushed: tearing the interpreter down (extension runtimes, module state) took a noticeable
-    part of every command (docs/performance.md)."""
+    part of every command (docs/performance.md). pyarrow does not import pandas unless
+    something else does (`pandas_probe`)."""
+    pandas_probe.defer()
     code = main()
     logging.shutdown()
     atexit._run_exitfuncs()

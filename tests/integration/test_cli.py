@@ -147,3 +147,32 @@ def test_a_clean_run_prints_only_its_own_lines(pipeline):
         ours = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING) ")
         assert [line for line in done.stderr.splitlines() if not ours.match(line)] == [], \
             done.stderr
+
+
+@pytest.mark.local_lake  # an object store's lake is reached through the engine
+def test_a_run_of_a_plain_table_never_imports_pandas(mariadb, database, make_pipeline,
+                                                      monkeypatch):
+    """pyarrow would import pandas at the first array a run builds (0.13-0.2 s of every
+    process); nothing in a run merged in this process needs it (`pandas_probe`)."""
+    import subprocess
+    import sys
+
+    from tests.engines import sql_only
+
+    if sql_only():
+        pytest.skip("every window goes through the engine, whose client imports pandas")
+
+    mariadb.execute("CREATE TABLE p (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO p VALUES (1, 'a'), (2, 'b')", db=database)
+    monkeypatch.setenv("TEST_MYSQL_PASSWORD", "cdc-secret")
+    file = make_pipeline(f"- name: p\n  source: {database}.p\n").file
+    script = ("import atexit, sys\n"
+              "atexit.register(lambda: print('pandas' in sys.modules))\n"
+              "from cdc_sql.cli import console\n"
+              f"sys.argv = ['cdc-sql', 'run', {str(file)!r}, '--until-caught-up']\n"
+              "console()\n")
+    for _ in range(2):  # the first run (a snapshot), then one with nothing to do
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split()[-1] == "False", done.stdout
