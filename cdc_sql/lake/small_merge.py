@@ -178,22 +178,44 @@ def last_change_per_key(changes: pa.Table, key: list[str]) -> pa.Table:
     """The last change of each key by offset, a removal losing to another change at the same
     offset (silver_changes.sql's rule); `changes` holds `_cdc_offset` and `_cdc_remove`.
 
-    Offsets are sorted as numbers (file and position, then row: offsets.py's fixed-width
-    text), three times faster than as text; the hash grouping keeps that order, so each key's
-    last row is its last change."""
+    A window read back from bronze is its files in any order, each in the order captured:
+    its batches put in order of their first offsets, it is in order (checked: a comparison of
+    neighbours) and needs no sort. Any other is sorted, offsets as numbers (file and position,
+    then row: offsets.py's fixed-width text), three times faster than as text. The hash
+    grouping keeps the order, so each key's last row is its last change."""
     if changes.num_rows == 0:
         return changes
-    text = changes["_cdc_offset"]
-    place = pc.add(pc.multiply(_digits(text, 0, 6), 10**12), _digits(text, 7, 19))
-    order = pc.sort_indices(pa.table({"place": place, "row": _digits(text, 20, 26),
-                                      "remove": changes["_cdc_remove"]}),
-                            [("place", "ascending"), ("row", "ascending"),
-                             ("remove", "descending")])
-    ordered = pa.table({**{k: pc.take(changes[k], order) for k in key}, "__cdc_at": order})
+    captured = pa.Table.from_batches(
+        sorted((b for b in changes.to_batches() if b.num_rows),
+               key=lambda b: b.column("_cdc_offset")[0].as_py()), changes.schema)
+    if _in_order(captured["_cdc_offset"], captured["_cdc_remove"]):
+        changes = captured
+        order = pa.array(np.arange(changes.num_rows, dtype=np.int64))
+        ordered = pa.table({**{k: changes[k] for k in key}, "__cdc_at": order})
+    else:
+        text = changes["_cdc_offset"]
+        place = pc.add(pc.multiply(_digits(text, 0, 6), 10**12), _digits(text, 7, 19))
+        order = pc.sort_indices(pa.table({"place": place, "row": _digits(text, 20, 26),
+                                          "remove": changes["_cdc_remove"]}),
+                                [("place", "ascending"), ("row", "ascending"),
+                                 ("remove", "descending")])
+        ordered = pa.table({**{k: pc.take(changes[k], order) for k in key}, "__cdc_at": order})
     last = ordered.group_by(key, use_threads=False).aggregate([("__cdc_at", "last")])
     if last.num_rows == changes.num_rows:  # a change per key: no copy (of wide values)
         return changes
     return changes.take(last["__cdc_at_last"])
+
+
+def _in_order(offsets: pa.ChunkedArray, remove: pa.ChunkedArray) -> bool:
+    """Whether each row stands at or after the one before it: a later offset (string order is
+    offset order), or the same one with an upsert after a removal (what the sort in
+    `last_change_per_key` gives; a null anywhere says no)."""
+    n = len(offsets)
+    before, after = offsets.slice(0, n - 1), offsets.slice(1)
+    ties = pc.and_(pc.equal(before, after),
+                   pc.greater_equal(remove.slice(0, n - 1), remove.slice(1)))
+    return pc.all(pc.or_(pc.less(before, after), ties), skip_nulls=False,
+                  min_count=0).as_py() is True
 
 
 def _digits(text: pa.ChunkedArray, start: int, stop: int) -> pa.ChunkedArray:

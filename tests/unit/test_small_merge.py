@@ -99,13 +99,20 @@ OFFSETS = ["000001:000000000900:000002", "000001:000000001000:000000",
            "000001:000000001000:000001", "000002:000000000004:000000"]  # in order
 
 
+def captured_order(row: tuple) -> tuple:
+    """Where a change stands in a window read back as captured: by offset, a removal before
+    an upsert at the same offset."""
+    return row[1], not row[2]
+
+
 @settings(deadline=None)  # Arrow's first calls can take longer on a busy machine
 @given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(OFFSETS), st.booleans()),
-                max_size=40))
-def test_last_change_per_key_follows_the_sql_rule(changes):
+                max_size=40), st.booleans())
+def test_last_change_per_key_follows_the_sql_rule(changes, as_captured):
+    """In any order, and in the order of a window read back as captured (no sort then)."""
     # at one offset a key has at most one removal and one upsert (an UPDATE of its key)
     seen, rows = set(), []
-    for key, offset, remove in changes:
+    for key, offset, remove in (sorted(changes, key=captured_order) if as_captured else changes):
         if (key, offset, remove) not in seen:
             seen.add((key, offset, remove))
             rows.append((key, offset, remove, len(rows)))
@@ -116,6 +123,38 @@ def test_last_change_per_key_follows_the_sql_rule(changes):
     last = last_change_per_key(table, ["id"])
     assert dict(zip(last["id"].to_pylist(), last["n"].to_pylist())) == reference(rows)
     assert last.column_names == table.column_names
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(OFFSETS), st.booleans()),
+                min_size=1, max_size=40), st.randoms(use_true_random=False), st.integers(1, 8))
+def test_a_window_of_files_read_back_in_any_order_follows_the_sql_rule(changes, shuffle,
+                                                                       files):
+    """Bronze's files are read back in any order, each in the order it was captured."""
+    seen, rows = set(), []
+    for key, offset, remove in sorted(changes, key=captured_order):
+        if (key, offset, remove) not in seen:
+            seen.add((key, offset, remove))
+            rows.append((key, offset, remove, len(rows)))
+    schema = pa.schema([("id", pa.int64()), ("_cdc_offset", pa.string()),
+                        ("_cdc_remove", pa.bool_()), ("n", pa.int64())])
+    cuts = sorted({0, len(rows), *(shuffle.randrange(len(rows) + 1) for _ in range(files))})
+    pieces = [pa.RecordBatch.from_pylist([dict(zip(schema.names, r)) for r in rows[a:b]],
+                                         schema) for a, b in zip(cuts, cuts[1:])]
+    shuffle.shuffle(pieces)
+    last = last_change_per_key(pa.Table.from_batches(pieces, schema), ["id"])
+    assert dict(zip(last["id"].to_pylist(), last["n"].to_pylist())) == reference(rows)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(OFFSETS), st.booleans()),
+                max_size=12))
+def test_a_window_is_taken_as_ordered_exactly_when_sorting_would_not_move_it(rows):
+    from cdc_sql.lake.small_merge import _in_order
+
+    offsets = pa.chunked_array([pa.array([r[1] for r in rows], pa.string())])
+    removes = pa.chunked_array([pa.array([r[2] for r in rows], pa.bool_())])
+    assert _in_order(offsets, removes) is ([captured_order(r) for r in rows] ==
+                                           sorted(captured_order(r) for r in rows))
 
 
 def test_the_memory_budget_counts_changes_and_silver():
