@@ -32,13 +32,16 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
     the pipeline's silver tables over `view`; `engine_early`: engine_policy.starts_early);
     returns the rows read."""
     source = run.pipeline.source
-    checkpoint = _prepare_resnapshots(run, view, run.state.load())
+    checkpoint, sizes = _prepare_resnapshots(run, view, run.state.load())
     initial = source.startup in ("initial", "snapshot-only")
     with mysql.cursor(source) as cur:  # new tables too (a shard that appeared)
-        sizes = {t.qualified: table_size(cur, t)  # (rows, bytes a row)
-                 for t in view.source_tables if initial and not checkpoint.splits(t.qualified)}
-        new = [plan_splits(cur, t, source.chunk_size, source.parallelism, sizes[t.qualified])
-               for t in view.source_tables if t.qualified in sizes]
+        new_sizes = {t.qualified: table_size(cur, t)  # (rows, bytes a row)
+                     for t in view.source_tables
+                     if initial and not checkpoint.splits(t.qualified)}
+        new = [plan_splits(cur, t, source.chunk_size, source.parallelism,
+                           new_sizes[t.qualified])
+               for t in view.source_tables if t.qualified in new_sizes]
+        sizes.update(new_sizes)
         if new:
             run.state.write(*(SplitEntry.planned(s) for splits in new for s in splits))
             checkpoint = run.state.load()
@@ -90,18 +93,21 @@ def _read_pending(run: Run, view: SourceView, pending: list[SplitGroup],
     return sum(e.rows for e in entries)
 
 
-def _prepare_resnapshots(run: Run, view: SourceView, checkpoint: Checkpoint) -> Checkpoint:
+def _prepare_resnapshots(run: Run, view: SourceView,
+                         checkpoint: Checkpoint) -> tuple[Checkpoint, dict[str, tuple]]:
     """Requested re-snapshots: the tables' bronze emptied, then their new splits, start and
-    silver marks in one state commit (resnapshot.py)."""
+    silver marks in one state commit (resnapshot.py). Returns the checkpoint after, and the
+    sizes (splits.table_size) of the tables planned."""
     if not resnapshot.pending(checkpoint):
-        return checkpoint
+        return checkpoint, {}
     source = run.pipeline.source
     wanted = resnapshot.requested(checkpoint)
     chosen = [t for t in view.source_tables if t.qualified in wanted]
     with mysql.cursor(source) as cur:  # the new splits' watermarks all come after it
         start = dataclasses.replace(binary_log_status(cur)[0], base=view.base).offset.text
-        planned = {t.qualified: plan_splits(cur, t, source.chunk_size, source.parallelism)
-                   for t in chosen}
+        sizes = {t.qualified: table_size(cur, t) for t in chosen}
+        planned = {t.qualified: plan_splits(cur, t, source.chunk_size, source.parallelism,
+                                            sizes[t.qualified]) for t in chosen}
     tables.each(lambda table: bronze.reset(run.lake, table), chosen)
     faults.point("resnapshot.reset")  # bronze emptied, state not told: prepared again
     silver = [spec.name for spec in run.pipeline.tables
@@ -110,7 +116,7 @@ def _prepare_resnapshots(run: Run, view: SourceView, checkpoint: Checkpoint) -> 
     log.warning("re-snapshot of %s: capture keeps their changes after %s; %s stay as they "
                 "are until the new snapshot replaces them", ", ".join(sorted(planned)) or
                 "no table that still exists", start, ", ".join(silver) or "no silver table")
-    return run.state.load()
+    return run.state.load(), sizes
 
 
 def _read_splits(run: Run, view: SourceView, group: SplitGroup, progress: Progress,

@@ -104,10 +104,12 @@ def test_the_first_silver_version_needs_no_clustering(mariadb, database, make_pi
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")
 
 
-def test_a_first_run_reads_each_tables_size_once(mariadb, database, make_pipeline, engine,
-                                                 monkeypatch):
+def test_a_first_run_and_a_resnapshot_read_each_tables_size_once(mariadb, database,
+                                                                  make_pipeline, engine,
+                                                                  monkeypatch):
     """Planning a table's splits and grouping them for reading take the same size: one
-    catalog query (and a COUNT(*) of a small table) a table, not two."""
+    catalog query (and a COUNT(*) of a small table) a table, not two; so does a re-snapshot."""
+    from cdc_sql.cli import main
     from cdc_sql.run import snapshot_phase
     from cdc_sql.source import splits
     from tests.integration.helpers import assert_silver_equals, run
@@ -125,4 +127,11 @@ def test_a_first_run_reads_each_tables_size_once(mariadb, database, make_pipelin
                             lambda cur, table: read.append(table.name) or sized(cur, table))
     run(pipeline, engine)
     assert sorted(read) == ["t", "u"]
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")
+    monkeypatch.setenv("TEST_MYSQL_PASSWORD", "cdc-secret")
+    assert main(["resnapshot", pipeline.file, "--tables", "t"]) == 0
+    read.clear()
+    mariadb.execute("UPDATE t SET v = 'again' WHERE id <= 10", db=database)
+    run(pipeline, engine)
+    assert read == ["t"]
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT id, v FROM {database}.t")
