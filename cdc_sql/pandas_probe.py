@@ -32,7 +32,7 @@ def defer() -> None:
 def _tell_pyarrow() -> None:
     """pyarrow's shim imports pandas again when asked for it (pandas is in sys.modules by
     now) and treats pandas objects as such from then on."""
-    pa.lib._pandas_api.pd
+    pa.lib._pandas_api.pd  # noqa: B018 - reading the property is the asking
 
 
 class _Refuse:

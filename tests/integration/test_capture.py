@@ -337,17 +337,10 @@ def test_kills_between_the_parts_of_a_large_transaction_write_nothing_twice(
     assert_silver_equals(engine, pipeline, "u", mariadb, f"SELECT * FROM {database}.u")
 
 
-@pytest.mark.parametrize("projected", [True, False], ids=["engine", "in-process"])
-def test_a_pass_ends_past_the_engines_window_bytes_and_the_run_goes_on(
-        mariadb, database, engine, make_pipeline, projected):
-    """A run far behind the source, whose windows go through the engine (a projection), merges
-    them a pass at a time: each pass ends at the first transaction's end past
-    `engine.window_bytes` (1 here: every transaction), its windows are merged, and capture
-    goes on to the position the run saw at start. The engine's memory follows a window; a
-    window merged in this process is read in key ranges, so a plain table's pass is not cut."""
+def snapshotted_with_every_pass_cut(mariadb, database, engine, make_pipeline, projected: bool):
+    """A table t of 100 rows (id, v = 0), snapshotted by a pipeline whose capture passes end
+    at every transaction (`engine.window_bytes` 1), through a projection if `projected`."""
     import dataclasses
-
-    from tests.integration.helpers import silver_path
 
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)",
                     "INSERT INTO t SELECT seq, 0 FROM seq_1_to_100", db=database)
@@ -356,6 +349,21 @@ def test_a_pass_ends_past_the_engines_window_bytes_and_the_run_goes_on(
     pipeline = dataclasses.replace(pipeline, engine=dataclasses.replace(pipeline.engine,
                                                                         window_bytes=1))
     run(pipeline, engine)
+    return pipeline
+
+
+@pytest.mark.parametrize("projected", [True, False], ids=["engine", "in-process"])
+def test_a_pass_ends_past_the_engines_window_bytes_and_the_run_goes_on(
+        mariadb, database, engine, make_pipeline, projected):
+    """A run far behind the source, whose windows go through the engine (a projection), merges
+    them a pass at a time: each pass ends at the first transaction's end past
+    `engine.window_bytes` (1 here: every transaction), its windows are merged, and capture
+    goes on to the position the run saw at start. The engine's memory follows a window; a
+    window merged in this process is read in key ranges, so a plain table's pass is not cut."""
+    from tests.integration.helpers import silver_path
+
+    pipeline = snapshotted_with_every_pass_cut(mariadb, database, engine, make_pipeline,
+                                               projected)
     first = DeltaTable(silver_path(pipeline, "t")).version()
     mariadb.execute(*[f"UPDATE t SET v = v + {i} WHERE id <= {20 * i}" for i in range(1, 5)],
                     "DELETE FROM t WHERE id > 90", db=database)
@@ -374,20 +382,12 @@ def test_a_run_killed_between_its_passes_is_finished_by_the_next(
     """Killed in its second pass (its batch in bronze, state not told; or its windows merged
     and recorded), a run bounded by `engine.window_bytes` leaves what the next run finishes
     exactly: each pass's commits are those of a whole run."""
-    import dataclasses
-
     from cdc_sql import faults
 
     class Crash(Exception):
         pass
 
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)",
-                    "INSERT INTO t SELECT seq, 0 FROM seq_1_to_100", db=database)
-    pipeline = make_pipeline(f"- name: t\n  source: {database}.t\n"
-                             f"  projection: SELECT id, v FROM t WHERE v >= 0")
-    pipeline = dataclasses.replace(pipeline, engine=dataclasses.replace(pipeline.engine,
-                                                                        window_bytes=1))
-    run(pipeline, engine)
+    pipeline = snapshotted_with_every_pass_cut(mariadb, database, engine, make_pipeline, True)
     mariadb.execute(*[f"UPDATE t SET v = v + {i} WHERE id <= {20 * i}" for i in range(1, 5)],
                     "DELETE FROM t WHERE id > 90", "INSERT INTO t VALUES (200, -1)",
                     db=database)
