@@ -156,10 +156,19 @@ def _text_protocol_item(column: Column) -> str:
     return f"CAST({name} AS DOUBLE) AS {name}" if column.data_type == "float" else name
 
 
+def unscaled(column: Column) -> bool:
+    """A DECIMAL of at most 18 digits, read by connectorx as its unscaled integer (the value
+    times 10^scale, exact in a BIGINT): Arrow makes it a decimal without parsing text, at less
+    than half the CPU. Pure."""
+    return column.data_type == "decimal" and (column.precision or 99) <= 18
+
+
 def _select_item(column: Column) -> str:
-    # DECIMAL goes as text: connectorx's own Decimal(38,10) path panics on some values
+    # Longer DECIMALs go as text: connectorx's own Decimal(38,10) path panics on some values
     # ("decimal scale is not equal to expected scale"), seen with DECIMAL(30,10).
     name = mysql_quote(column.name)
+    if unscaled(column):
+        return f"CAST({name} * {10 ** (column.scale or 0)} AS SIGNED) AS {name}"  # exact
     if column.data_type in _AS_TEXT or column.spark_type == "DECIMAL(20,0)":
         return f"CAST({name} AS CHAR) AS {name}"
     if column.data_type in _TEMPORAL:
@@ -208,6 +217,7 @@ def _restore(stream, table: SourceTable, source, splits: list[Split]) -> Iterato
     """Cast what connectorx returns to the contract's Arrow types. A read that breaks off
     (the server restarted, the connection was killed) is a SourceError like any other."""
     schema = read_schema(table)
+    scaled = {i for i, column in enumerate(table.columns) if unscaled(column)}
     batches = iter(stream)
     while True:
         try:
@@ -218,8 +228,15 @@ def _restore(stream, table: SourceTable, source, splits: list[Split]) -> Iterato
             if not _failure(exc):
                 raise
             raise _read_failed(table, splits, _redact(str(exc), source), None) from None
-        arrays = [pc.cast(batch.column(i), field.type) for i, field in enumerate(schema)]
+        arrays = [from_unscaled(batch.column(i), field.type) if i in scaled else
+                  pc.cast(batch.column(i), field.type) for i, field in enumerate(schema)]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def from_unscaled(values: pa.Array, type_: pa.Decimal128Type) -> pa.Array:
+    """Decimals of `type_` from their unscaled integers (`unscaled`): the integers as
+    decimals of scale 0, then read as of `type_`'s scale (the same 128-bit values). Pure."""
+    return pc.cast(values, pa.decimal128(19, 0)).view(type_)
 
 
 def _read_failed(table: SourceTable, splits: list[Split], message: str,

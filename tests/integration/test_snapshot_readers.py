@@ -1,4 +1,6 @@
 """The native (connectorx) and pymysql split readers give the same rows, typed the same."""
+from decimal import Decimal
+
 import pyarrow as pa
 import pytest
 
@@ -15,21 +17,23 @@ TYPES = """CREATE TABLE t (
   i INT UNSIGNED, de DECIMAL(30,10), dw DECIMAL(65,30), f FLOAT, d DOUBLE,
   dt DATE, dtt DATETIME(6), ts TIMESTAMP(3) NULL, tm TIME(2), y YEAR,
   c CHAR(5), v VARCHAR(20), tx TEXT, e ENUM('x','y'), st SET('a','b','c'),
-  b BINARY(4), vb VARBINARY(8), bl BLOB, j JSON)"""
+  b BINARY(4), vb VARBINARY(8), bl BLOB, j JSON,
+  dn DECIMAL(12,2), dz DECIMAL(18,18), du DECIMAL(18,0) UNSIGNED)"""
 
 ROWS = [
     "(18446744073709551615, -128, 255, -32768, -8388608, 4294967295, "
     "12345678901234567890.0123456789, -12345678901234567890123456789012345.123456789012345678901234567890,"
     " 1.1, 2.2250738585072014e-308, '1000-01-01', '9999-12-31 23:59:59.999999', "
     "'2038-01-19 03:14:07.499', '-838:59:59.99', 1901, 'ab  ', 'x😀y', '', 'y', 'c,a', "
-    "'a', '', x'00ff00', '{\"k\": [1, null]}')",
+    "'a', '', x'00ff00', '{\"k\": [1, null]}', -9999999999.99, -0.999999999999999999, "
+    "999999999999999999)",
     "(0, 127, 0, 32767, 8388607, 0, 0, 0, -0.5, 0, '0000-00-00', '0000-00-00 00:00:00', "
     "'0000-00-00 00:00:00', '00:00:00', 2155, '', '', 'long text', 'x', '', "
-    "x'00000000', x'00', '', 'null')",
+    "x'00000000', x'00', '', 'null', 0.01, 0.000000000000000001, 0)",
     "(7, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
-    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
 ] + [  # partly zero and invalid dates (ALLOW_INVALID_DATES)
-    f"({i}, {', '.join(['NULL'] * 9)}, '{date}', '{datetime}', {', '.join(['NULL'] * 12)})"
+    f"({i}, {', '.join(['NULL'] * 9)}, '{date}', '{datetime}', {', '.join(['NULL'] * 15)})"
     for i, date, datetime in [(3, "2020-05-00", "2020-02-31 10:00:00"),
                               (4, "2020-02-30", "2020-00-01 00:00:00")]]
 
@@ -64,6 +68,9 @@ def test_readers_agree_on_every_covered_type(mariadb, database, make_pipeline):
     row = by_id[18446744073709551615]
     assert row["c"] == "ab" and row["v"] == "x😀y"
     assert row["tm"] == "-838:59:59.99" and row["b"] == b"a\x00\x00\x00"
+    # DECIMALs of up to 18 digits come to the native reader as unscaled integers
+    assert (row["dn"], row["dz"], row["du"]) == (
+        Decimal("-9999999999.99"), Decimal("-0.999999999999999999"), Decimal(10**18 - 1))
     zero = by_id[0]
     assert zero["dt"] is None and zero["dtt"] is None and zero["ts"] is None
     assert [(by_id[i]["dt"], by_id[i]["dtt"]) for i in (3, 4)] == [(None, None)] * 2
