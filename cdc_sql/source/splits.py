@@ -144,7 +144,7 @@ def group_splits(splits: list[Split], estimated_rows: int, parallelism: int) -> 
         return []
     per_split = max(1, estimated_rows // max(len(splits), 1))
     size = max(1, min(GROUP_SPLITS, -(-GROUP_ROWS // per_split),
-                      -(-len(splits) // max(parallelism, 1))))
+                      len(splits) // max(parallelism, 1)))  # a group for every reader
     ordered = sorted(splits, key=lambda s: s.split_id)
     groups, current = [], []
     for split in ordered:  # only neighbours share a group: their union is one key range

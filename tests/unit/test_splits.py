@@ -19,7 +19,7 @@ def test_bounds_survive_state_json():
     assert Split.from_json(json.loads(json.dumps(split.to_json()))) == split
 
 
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import example, given, strategies as st  # noqa: E402
 
 from cdc_sql.source.splits import (GROUP_SPLITS, MAX_SPLIT_ROWS, MIN_SPLIT_ROWS,  # noqa: E402
                                    group_splits, split_rows)
@@ -35,6 +35,7 @@ def test_automatic_split_size_is_bounded_and_feeds_every_reader(rows, row_bytes,
 
 @given(st.lists(st.integers(0, 2000), unique=True, max_size=300), st.integers(0, 10**8),
        st.integers(1, 8))
+@example(ids=[0, 1, 2, 3, 4], rows=0, parallelism=4)  # groups of 2 left a reader idle
 def test_groups_partition_the_pending_splits_into_neighbours(ids, rows, parallelism):
     splits = [Split("d.t", i, None, None) for i in ids]
     groups = group_splits(splits, rows, parallelism)
