@@ -35,13 +35,11 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
     checkpoint, sizes = _prepare_resnapshots(run, view, run.state.load())
     initial = source.startup in ("initial", "snapshot-only")
     with mysql.cursor(source) as cur:  # new tables too (a shard that appeared)
-        new_sizes = {t.qualified: table_size(cur, t)  # (rows, bytes a row)
-                     for t in view.source_tables
-                     if initial and not checkpoint.splits(t.qualified)}
-        new = [plan_splits(cur, t, source.chunk_size, source.parallelism,
-                           new_sizes[t.qualified])
-               for t in view.source_tables if t.qualified in new_sizes]
-        sizes.update(new_sizes)
+        unplanned = [t for t in view.source_tables
+                     if initial and not checkpoint.splits(t.qualified)]
+        sizes.update({t.qualified: table_size(cur, t) for t in unplanned})  # (rows, bytes a row)
+        new = [plan_splits(cur, t, source.chunk_size, source.parallelism, sizes[t.qualified])
+               for t in unplanned]
         if new:
             run.state.write(*(SplitEntry.planned(s) for splits in new for s in splits))
             checkpoint = run.state.load()
