@@ -38,7 +38,7 @@ def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Positio
             plans: list[SilverPlan], resume: ResumePlan, engine_early: bool,
             pass_bytes: int = 0) -> Captured:
     """A pass up to `stop_at`, or to the first transaction's end past `pass_bytes` of row
-    images (engine_policy.window_bytes; 0: no bound)."""
+    images (engine_policy.decide; 0: no bound)."""
     if run.pipeline.source.startup == "snapshot-only":
         return Captured()
     saved = checkpoint.capture

@@ -7,8 +7,10 @@ engine's SQL whatever their size (lake/silver/route.py), and only if there is so
 (`early_for_capture`). Otherwise it starts on first use, if
 ever: the lake's engine is lazy, and a run of plain tables on a local path seldom needs it (a
 window past the memory budget, a DDL). Where the engine merges, it also bounds how much one
-capture pass gathers for it (`window_bytes`)."""
+capture pass gathers for it (`decide`)."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from cdc_sql.config.model import Pipeline
 from cdc_sql.lake.lake import Lake
@@ -17,16 +19,20 @@ from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.source.offsets import Position
 
 
-def starts_early(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> bool:
-    """Whether this run starts the engine while the source is read."""
-    return bool(pipeline.target.schema) or route.engine_wanted(lake, plans)
+class Policy(NamedTuple):
+    """What a run decides about the engine from its plans."""
+    early: bool  # start it while the source is read
+    window_bytes: int  # where a capture pass ends, in bytes of row images (0: no bound)
 
 
-def window_bytes(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> int:
-    """Where a capture pass ends, in bytes of row images (0: at the position it was to reach):
-    `engine.window_bytes` when some table's windows go through the engine, whose memory follows
-    a window's size; a window merged in this process is read in key ranges, whatever its size."""
-    return pipeline.engine.window_bytes if route.engine_wanted(lake, plans) else 0
+def decide(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> Policy:
+    """Whether this run starts the engine while the source is read, and where a capture pass
+    ends: `engine.window_bytes` when some table's windows go through the engine, whose memory
+    follows a window's size (a window merged in this process is read in key ranges, whatever
+    its size), else 0 (at the position it was to reach). The plans' routes walked once."""
+    wanted = route.engine_wanted(lake, plans)
+    return Policy(early=bool(pipeline.target.schema) or wanted,
+                  window_bytes=pipeline.engine.window_bytes if wanted else 0)
 
 
 def start_early(lake: Lake, early: bool) -> None:

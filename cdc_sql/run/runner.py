@@ -129,8 +129,7 @@ class Runner:
                 summary: RunSummary, batches: list[Batch], until_caught_up: bool,
                 poll_seconds: float) -> None:
         """The phases in order, then capture and merge again until caught up (or stopped)."""
-        early = engine_policy.starts_early(self.pipeline, self.lake, plans)
-        bound = engine_policy.window_bytes(self.pipeline, self.lake, plans)
+        early, bound = engine_policy.decide(self.pipeline, self.lake, plans)
         view, resumed = resume.resolve_server(self.phases, view, checkpoint)
         self.ensure_bronze(view)
         resume.start_capture(self.phases, view, checkpoint)
@@ -160,8 +159,7 @@ class Runner:
                     inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at,
                     server=view.server, base=view.base)
                 plans = self._silver_plans(view)
-                early = engine_policy.starts_early(self.pipeline, self.lake, plans)
-                bound = engine_policy.window_bytes(self.pipeline, self.lake, plans)
+                early, bound = engine_policy.decide(self.pipeline, self.lake, plans)
                 self.ensure_bronze(view)
                 with summary.timed("snapshot"):  # of tables that just began to match
                     if snapshot_phase.snapshot(self.phases, view, plans, early):
