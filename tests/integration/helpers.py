@@ -26,6 +26,30 @@ def run(pipeline, engine) -> dict:
     return Runner(pipeline, engine).run(until_caught_up=True).to_json()
 
 
+class Crash(Exception):
+    """A run stopped at a fault point, in this process (`run_crashing_at`)."""
+
+
+def run_crashing_at(pipeline, engine, monkeypatch, point: str, nth: int = 1) -> None:
+    """A run stopped where it reaches fault point `point` (cdc_sql/faults.py) the `nth` time,
+    as a kill there would stop it, in this process (the engine goes on for the next run)."""
+    import pytest
+
+    from cdc_sql import faults
+
+    reached = []
+
+    def crash(name):
+        reached.extend([name] if name == point else [])
+        if len(reached) == nth:
+            raise Crash(name)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(faults, "point", crash)
+        with pytest.raises(Crash):
+            run(pipeline, engine)
+
+
 def silver_path(pipeline, name: str) -> str:
     return Lake(None, str(pipeline.root), None).silver_path(name)
 

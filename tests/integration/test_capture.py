@@ -13,7 +13,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
 from cdc_sql.lake.lake import Lake
 from cdc_sql.source.offsets import Offset, Position, file_sequence
-from tests.integration.helpers import assert_silver_equals, checkpoint, run, state_log
+from tests.integration.helpers import (assert_silver_equals, checkpoint, run, run_crashing_at,
+                                       state_log)
 from tests.integration.test_crash import cli
 
 pytestmark = pytest.mark.integration
@@ -382,26 +383,11 @@ def test_a_run_killed_between_its_passes_is_finished_by_the_next(
     """Killed in its second pass (its batch in bronze, state not told; or its windows merged
     and recorded), a run bounded by `engine.window_bytes` leaves what the next run finishes
     exactly: each pass's commits are those of a whole run."""
-    from cdc_sql import faults
-
-    class Crash(Exception):
-        pass
-
     pipeline = snapshotted_with_every_pass_cut(mariadb, database, engine, make_pipeline, True)
     mariadb.execute(*[f"UPDATE t SET v = v + {i} WHERE id <= {20 * i}" for i in range(1, 5)],
                     "DELETE FROM t WHERE id > 90", "INSERT INTO t VALUES (200, -1)",
                     db=database)
-    reached = []
-
-    def crash(name):
-        reached.extend([name] if name == point else [])
-        if len(reached) == 2:
-            raise Crash(name)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(faults, "point", crash)
-        with pytest.raises(Crash):
-            run(pipeline, engine)
+    run_crashing_at(pipeline, engine, monkeypatch, point, nth=2)  # in the second pass
     run(pipeline, engine)
     assert_silver_equals(engine, pipeline, "t", mariadb,
                          f"SELECT id, v FROM {database}.t WHERE v >= 0")

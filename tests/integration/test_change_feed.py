@@ -21,8 +21,8 @@ from cdc_sql.config.model import load_pipeline
 from cdc_sql.errors import ConfigError
 from cdc_sql.lake import tables
 from tests.engines import on_jvm
-from tests.integration.helpers import (assert_silver_equals, history_path, run, runs_killed_at,
-                                       silver_path)
+from tests.integration.helpers import (assert_silver_equals, history_path, run,
+                                       run_crashing_at, runs_killed_at, silver_path)
 
 pytestmark = pytest.mark.integration
 
@@ -257,10 +257,6 @@ LIQUID_TABLE = """
 """
 
 
-class Crash(Exception):
-    pass
-
-
 @pytest.mark.skipif(not on_jvm(), reason="Sail has no liquid clustering: cluster_by is "
                                          "cdc-sql's Z-order there (the test above)")
 def test_cluster_by_is_liquid_clustering_on_spark_with_delta(mariadb, database, engine,
@@ -275,7 +271,6 @@ def test_cluster_by_is_liquid_clustering_on_spark_with_delta(mariadb, database, 
     line before the ALTER TABLE."""
     import threading
 
-    from cdc_sql import faults
     from cdc_sql.ops.maintain import maintain
 
     mariadb.execute("CREATE TABLE l (id INT PRIMARY KEY, n INT, m INT, d DECIMAL(20,2))",
@@ -301,16 +296,9 @@ def test_cluster_by_is_liquid_clustering_on_spark_with_delta(mariadb, database, 
                 cur.execute("INSERT INTO l (id, n, m) VALUES (%s, %s, 0)", (5000 + i, i))
                 cur.execute("DELETE FROM l WHERE id = %s", (i * 9 + 1,))
 
-    def crash(name):
-        if name == "silver.merged":
-            raise Crash(name)
-
     writer = threading.Thread(target=write)
     writer.start()
-    with monkeypatch.context() as patched:  # the first MERGE commits, nothing after it
-        patched.setattr(faults, "point", crash)
-        with pytest.raises(Crash):
-            run(pipeline, engine)
+    run_crashing_at(pipeline, engine, monkeypatch, "silver.merged")  # after the first MERGE
     writer.join()
     assert clustering(paths[0]) == []  # created by the engine, not clustered yet
     run(pipeline, engine)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import (assert_silver_equals, checkpoint, run, silver_path,
-                                       state_log)
+from tests.integration.helpers import (assert_silver_equals, checkpoint, run, run_crashing_at,
+                                       silver_path, state_log)
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -167,11 +167,7 @@ def test_a_window_past_the_budget_is_merged_in_key_ranges_through_crashes(
 
     from deltalake import DeltaTable
 
-    from cdc_sql import faults
     from cdc_sql.lake import file_merge, small_merge
-
-    class Crash(Exception):
-        pass
 
     mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
                     "INSERT INTO items SELECT seq, 'v', seq FROM seq_1_to_3000", db=database)
@@ -189,14 +185,7 @@ def test_a_window_past_the_budget_is_merged_in_key_ranges_through_crashes(
     path = silver_path(pipeline, "items")
     version, files = DeltaTable(path).version(), set(os.listdir(path))
 
-    def crash(name):
-        if name == point:
-            raise Crash(name)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(faults, "point", crash)
-        with pytest.raises(Crash):
-            run(pipeline, engine)
+    run_crashing_at(pipeline, engine, monkeypatch, point)
     assert len(parts) > 1  # several ranges
     if point == "silver.staged":  # written, not committed: nothing of it stays
         assert DeltaTable(path).version() == version and set(os.listdir(path)) == files
