@@ -60,10 +60,11 @@ def changes_schema(table: SourceTable) -> pa.Schema:
 # -- snapshot splits -----------------------------------------------------------------------------
 def write_splits(lake: Lake, table: SourceTable, batches: Iterable[pa.RecordBatch], attempt: str,
                  watermark: str, read_at: dt.datetime,
-                 on_batch=lambda rows: None) -> dict[int, int]:
+                 on_batch=lambda rows: None, create: bool = False) -> dict[int, int]:
     """Stream the rows of consecutive splits (each row tagged with its split) into bronze in one
     commit, tagged with the attempt and the watermark they share; `on_batch(rows)` follows
-    progress. Returns the rows written per split."""
+    progress; `create`: the commit creates the snapshot table (splits.creating_groups).
+    Returns the rows written per split."""
     written: dict[int, int] = {}
 
     def counted() -> Iterator[pa.RecordBatch]:
@@ -74,8 +75,11 @@ def write_splits(lake: Lake, table: SourceTable, batches: Iterable[pa.RecordBatc
                 written[count["values"]] = written.get(count["values"], 0) + count["counts"]
             on_batch(batch.num_rows)
 
-    lake.tables.append_arrow(lake.snapshot_path(table.db, table.name), counted(),
-                             snapshot_schema(table))
+    path, schema = lake.snapshot_path(table.db, table.name), snapshot_schema(table)
+    if create:
+        lake.tables.create_from_streams(path, schema, [counted], LOG_TABLE)
+    else:
+        lake.tables.append_arrow(path, counted(), schema)
     return written
 
 

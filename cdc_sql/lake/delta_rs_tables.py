@@ -50,17 +50,17 @@ class DeltaRsWrites:
 
     def create_arrow_table(self, path: str, schema: pa.Schema,
                            properties: dict | None = None) -> bool:
-        """An empty table, made and kept open (a run makes two for each table of the
-        pipeline, then writes to them); False when it was there."""
-        from deltalake import DeltaTable
+        """An empty table (TIMESTAMP_NTZ columns declare their feature), opened at its first
+        use: a first run makes a changes table for each source table, most of which it never
+        writes (half the cost of `DeltaTable.create`, which opens the table it made); False
+        when it was there."""
+        from deltalake import Schema
+        from deltalake.transaction import create_table_with_add_actions
 
         if self.exists(path):
             return False
-        table = DeltaTable.create(str(path), schema, mode="ignore",
-                                  configuration=_configuration(schema, properties))
-        self._keep_open(str(path), table)
-        if any(_ntz(f.type) for f in schema):
-            self._allow_ntz(DeltaTable(str(path)), schema)
+        create_table_with_add_actions(str(path), Schema.from_arrow(schema), [], mode="ignore",
+                                      configuration=_configuration(schema, properties))
         return True
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
@@ -437,14 +437,6 @@ class DeltaRsTables(DeltaRsWrites):
         leaves the open `table` where it was: its next use, `pinned` or not, brings it up."""
         table.create_write_transaction(actions, "append", schema, commit_properties=properties)
         self._open_tables[str(path)].aside = True
-
-    def _keep_open(self, path: str, table) -> None:
-        """`table`, just made here at its latest version, as the open table of `path`."""
-        with self._lock:
-            entry = self._open_tables.setdefault(path, _Open())
-        with entry.lock:
-            entry.table = table
-            entry.saw(path, table.version())
 
     def exists(self, path: str) -> bool:
         if Location.of(path).local:

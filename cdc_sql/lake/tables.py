@@ -199,17 +199,15 @@ def spark_schema(schema: pa.Schema):
 
 
 # -- delta-rs ---------------------------------------------------------------------------------
-def each(function, items: Iterable, workers: int = 8) -> None:
+def each(function, items: Iterable, workers: int = 8) -> list:
     """`function(item)` for every item, several at once: commits to different tables (each
-    mostly waits on storage, or encodes Parquet without Python's lock)."""
+    mostly waits on storage, or encodes Parquet without Python's lock); their results in
+    order."""
     items = list(items)
     if len(items) <= 1:
-        for item in items:
-            function(item)
-        return
+        return [function(item) for item in items]
     with ThreadPoolExecutor(min(workers, len(items)), "tables") as pool:
-        for _ in pool.map(function, items):
-            pass
+        return list(pool.map(function, items))
 
 
 def writer_properties():

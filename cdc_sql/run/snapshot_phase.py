@@ -21,7 +21,8 @@ from cdc_sql.snapshot_tasks import land_as_spark_tasks, land_splits
 from cdc_sql.source import mysql
 from cdc_sql.source.preflight import SourceView
 from cdc_sql.source.schema import SourceTable
-from cdc_sql.source.splits import SplitGroup, group_splits, plan_splits, table_size
+from cdc_sql.source.splits import (SplitGroup, creating_groups, group_splits, plan_splits,
+                                   table_size)
 from cdc_sql.source.watermarks import binary_log_status
 
 log = logging.getLogger("cdc_sql")
@@ -29,7 +30,7 @@ log = logging.getLogger("cdc_sql")
 
 def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: bool) -> int:
     """Prepare requested re-snapshots, then read every unfinished split into bronze (`plans`:
-    the pipeline's silver tables over `view`; `engine_early`: engine_policy.starts_early);
+    the pipeline's silver tables over `view`; `engine_early`: engine_policy.decide);
     returns the rows read."""
     source = run.pipeline.source
     checkpoint, sizes = _prepare_resnapshots(run, view, run.state.load())
@@ -52,13 +53,6 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
     unfinished = {t.qualified: [s.split for s in checkpoint.splits(t.qualified)
                                 if not s.done or t.qualified in whole]
                   for t in pending_tables}
-
-    def prepare(table: SourceTable) -> None:
-        if not bronze.ensure_snapshot_table(run.lake, table):  # a new one holds no rows
-            bronze.drop_unfinished(run.lake, table,
-                                   [s.split_id for s in unfinished[table.qualified]])
-
-    tables.each(prepare, pending_tables)
     pending = [SplitGroup(table, group, sizes[table.qualified][0] * len(group) //
                           max(len(unfinished[table.qualified]), 1), sizes[table.qualified][1])
                for table in pending_tables for group in (
@@ -66,6 +60,21 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
         if table.qualified in whole else
         group_splits(unfinished[table.qualified], sizes[table.qualified][0],
                      source.parallelism))]
+    present = {t.qualified for t, there in zip(pending_tables, tables.each(
+        lambda t: run.lake.tables.exists(run.lake.snapshot_path(t.db, t.name)), pending_tables))
+        if there}
+    if source.snapshot_runner != "spark":  # (Spark's tasks append to a table made here)
+        pending = creating_groups(pending, present)
+    made_by_read = {g.table.qualified for g in pending if g.creates}
+
+    def prepare(table: SourceTable) -> None:
+        if table.qualified in present:  # rows of unfinished attempts go; a new table is
+            bronze.drop_unfinished(run.lake, table,  # made empty, or by its only read
+                                   [s.split_id for s in unfinished[table.qualified]])
+        elif table.qualified not in made_by_read:
+            bronze.ensure_snapshot_table(run.lake, table)
+
+    tables.each(prepare, pending_tables)
     levels = snapshot_levels(plans)  # cascades set off cascades: parents first
     firsts = route.written_ahead(run.lake, plans) if pending else {}
     rows = 0
@@ -128,7 +137,8 @@ def _read_splits(run: Run, view: SourceView, group: SplitGroup, progress: Progre
         with first_version.Writer(firsts, attempt, [s.split_id for s in group.splits],
                                   offset, read_at) as first:
             return bronze.write_splits(run.lake, table, first.tee(batches), attempt,
-                                       offset, read_at, on_batch=progress.add_rows)
+                                       offset, read_at, on_batch=progress.add_rows,
+                                       create=group.creates)
 
     entries = land_splits(run.pipeline.source, group, view.mariadb, write, view.base)
     progress.split_done(len(entries))

@@ -9,7 +9,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -134,6 +135,7 @@ class SplitGroup:
     splits: list[Split]
     rows: int | None = None  # about how many rows the group holds (None: not known)
     row_bytes: int | None = None  # about how many bytes a row holds, by the catalog
+    creates: bool = False  # its commit creates bronze's snapshot table (`creating_groups`)
 
 
 def group_splits(splits: list[Split], estimated_rows: int, parallelism: int) -> list[list[Split]]:
@@ -154,6 +156,18 @@ def group_splits(splits: list[Split], estimated_rows: int, parallelism: int) -> 
             current = []
         current.append(split)
     return groups + [current]
+
+
+def creating_groups(groups: list[SplitGroup], present: set[str]) -> list[SplitGroup]:
+    """The groups, each that is its table's only one, the table's bronze snapshot table not
+    `present` (qualified names), marked as creating that table with its rows in one commit:
+    a small table's first read costs one commit, not an empty table's and an append's.
+    Tables read in several groups are created empty first, for their readers to append to
+    side by side. Pure."""
+    count = Counter(g.table.qualified for g in groups)
+    return [replace(g, creates=True)
+            if count[g.table.qualified] == 1 and g.table.qualified not in present else g
+            for g in groups]
 
 
 def table_size(cur, table: SourceTable) -> tuple[int, int]:

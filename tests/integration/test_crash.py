@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import (assert_silver_equals, checkpoint, run, run_crashing_at,
-                                       silver_path, state_log)
+                                       runs_killed_at, silver_path, state_log)
 from tests.integration.writer import RandomWriter
 
 pytestmark = pytest.mark.integration
@@ -85,6 +85,33 @@ def test_sigkill_mid_snapshot_rereads_only_unfinished_splits(mariadb, database, 
     attempts = engine.read(Lake(None, str(pipeline.root), None).snapshot_path(database, "items"))\
         .select("_cdc_split_id", "_cdc_attempt").distinct().collect()
     assert sorted(a for _, a in attempts) == sorted(after.values())  # no rows of killed attempts
+    assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
+
+
+def test_a_small_tables_read_creates_bronze_with_its_rows_and_a_kill_after_it_reads_again(
+        mariadb, database, engine, make_pipeline):
+    """A table read in one group: its read creates bronze's snapshot table with its rows, in
+    one commit (splits.creating_groups); killed right after it (state not told), the next run
+    deletes those rows and reads the table again: bronze holds the recorded attempt's rows
+    once, and silver equals the source."""
+    from deltalake import DeltaTable
+
+    from cdc_sql.lake.lake import Lake
+
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+                    "INSERT INTO items SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_500",
+                    db=database)
+    pipeline = make_pipeline(f"- name: items\n  source: {database}.items")
+    assert runs_killed_at(pipeline, ["split.written"]) == [("split.written", -signal.SIGKILL)]
+    path = Lake(None, str(pipeline.root), None).snapshot_path(database, "items")
+    bronze = DeltaTable(path)
+    assert bronze.version() == 0 and bronze.to_pyarrow_table().num_rows == 500  # one commit
+    mariadb.execute("UPDATE items SET v = 'after kill' WHERE id % 7 = 0",
+                    "DELETE FROM items WHERE id % 11 = 0", db=database)
+    run(pipeline, engine)
+    rows = DeltaTable(path).to_pyarrow_table(columns=["id", "_cdc_attempt"])
+    assert rows.num_rows == 500 - 45 and set(rows["_cdc_attempt"].to_pylist()) == \
+        set(done_splits(pipeline.root).values())  # read again; the killed attempt's deleted
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
 
 

@@ -48,6 +48,24 @@ def test_groups_partition_the_pending_splits_into_neighbours(ids, rows, parallel
         assert len(groups) >= min(parallelism, len(ids))
 
 
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.integers(1, 3)), max_size=4,
+                unique_by=lambda t: t[0]), st.sets(st.sampled_from("abcde")))
+def test_a_tables_only_group_creates_its_bronze_snapshot_table_when_not_there(counts, present):
+    """splits.creating_groups: a group creates bronze's snapshot table exactly when it is its
+    table's only group and the table is not there; nothing else about the groups changes."""
+    from types import SimpleNamespace
+
+    from cdc_sql.source.splits import SplitGroup, creating_groups
+
+    groups = [SplitGroup(SimpleNamespace(qualified=name), [Split(name, i, None, None)])
+              for name, n in counts for i in range(n)]
+    marked = creating_groups(groups, present)
+    assert [(g.table, g.splits) for g in marked] == [(g.table, g.splits) for g in groups]
+    assert [g.creates for g in marked] == \
+        [dict(counts)[g.table.qualified] == 1 and g.table.qualified not in present
+         for g in groups]
+
+
 def test_files_are_clustered_when_key_ranges_are_disjoint_and_not_too_large():
     from cdc_sql.lake.tables import clustered
 
