@@ -308,6 +308,16 @@ class _Open:
         self.table = None
         self._seen: tuple[int, tuple] | None = None
         self.aside = False  # committed by `create_write_transaction` in the current use
+        self._actions: tuple[int, pa.Table] | None = None  # (version, its add actions)
+
+    def actions(self) -> pa.Table:
+        """The open table's add actions, statistics flattened, listed once for each version
+        (a window's merge asks for bronze's and silver's two or three times: their sizes,
+        rows and key bounds)."""
+        version = self.table.version()
+        if self._actions is None or self._actions[0] != version:
+            self._actions = (version, _add_actions(self.table))
+        return self._actions[1]
 
     def latest_version(self, path: str) -> int | None:
         """The table's latest version, counted by its commit files from the open table's on
@@ -350,6 +360,12 @@ class _Open:
             except Exception:  # noqa: BLE001 - replaced (recreated, vacuumed): open anew
                 self.table = None
 
+    def opened(self, path: str, table) -> None:
+        """`table`, just opened at the table's latest version, as the open one (what was
+        kept of another, a table removed and made again, forgotten)."""
+        self.table, self._actions = table, None
+        self.saw(path, table.version())
+
     def saw(self, path: str, version: int) -> None:
         """The open table was brought to `version`, the latest then."""
         identity = _identity(_commit_file(path, version)) if Location.of(path).local else None
@@ -362,6 +378,16 @@ class _Open:
         if self._seen is not None and self._seen[0] == before and \
                 self.table.version() == before + 1:
             self.saw(path, before + 1)
+
+
+def _files_hold_rows(path: str, table) -> bool:
+    """Whether the open local table's rows are those of its files, read as they are: no
+    partition values, deletion vectors or mapped column names."""
+    protocol, metadata = table.protocol(), table.metadata()
+    return Location.of(path).local and not metadata.partition_columns and \
+        metadata.configuration.get("delta.columnMapping.mode", "none") == "none" and \
+        not set(protocol.reader_features or ()) - {"timestampNtz"} and \
+        protocol.min_reader_version != 2
 
 
 def _commit_file(path: str, version: int) -> str:
@@ -419,8 +445,7 @@ class DeltaRsTables(DeltaRsWrites):
             if entry.table is not None and (refreshed is None or str(path) not in refreshed):
                 entry.bring_up(str(path))
             if entry.table is None:
-                entry.table = DeltaTable(str(path))
-                entry.saw(str(path), entry.table.version())
+                entry.opened(str(path), DeltaTable(str(path)))
             if refreshed is not None:
                 refreshed.add(str(path))
             before = entry.table.version()
@@ -487,6 +512,34 @@ class DeltaRsTables(DeltaRsWrites):
                     return rows
             return table.to_pyarrow_table(columns=columns, filters=where or None)
 
+    def read_within(self, path: str, columns: list[str],
+                    within: tuple[str, object, object]) -> pa.Table:
+        """The rows with after < column <= upto (`within`: column, after, upto) of the files
+        that may hold them by their statistics (`file_bytes`'s). A local table whose rows are
+        its files' has them read straight from those files: a small table's window read in a
+        third of delta-rs's scan (which builds a dataset of the table first); others, or a
+        file without one of the columns, by delta-rs under the same conditions."""
+        import pyarrow.parquet as pq
+
+        column, after, upto = within
+        where = [(column, ">", after), (column, "<=", upto)]
+        with self._table(path) as table:
+            if _files_hold_rows(path, table):
+                schema = pa.schema(table.schema().to_arrow())
+                schema = pa.schema([schema.field(c) for c in columns])
+                files = _within(_file_list(self._open_tables[str(path)].actions(), column),
+                                after, upto)
+                condition = pq.filters_to_expression(where)
+                try:
+                    parts = [pq.ParquetFile(os.path.join(str(Location.of(path)), name))
+                             .read(columns=columns).cast(schema).filter(condition)
+                             for name, _, _ in files]
+                except (KeyError, ValueError, OSError, pa.ArrowException):
+                    parts = None  # a file without one of the columns: read as ever
+                if parts is not None:
+                    return pa.concat_tables(parts) if parts else schema.empty_table()
+            return table.to_pyarrow_table(columns=columns, filters=where)
+
     def _once(self, path: str, table, columns: list[str] | None) -> pa.Table | None:
         """The rows of a local table whose rows are its files' (no partition values, deletion
         vectors or mapped column names), each file's rows read once in this process: Delta
@@ -496,11 +549,7 @@ class DeltaRsTables(DeltaRsWrites):
         None when the table is not such a one, or a file does not hold the columns."""
         import pyarrow.parquet as pq
 
-        protocol, metadata = table.protocol(), table.metadata()
-        if not Location.of(path).local or metadata.partition_columns or \
-                metadata.configuration.get("delta.columnMapping.mode", "none") != "none" or \
-                set(protocol.reader_features or ()) - {"timestampNtz"} or \
-                protocol.min_reader_version == 2:
+        if not _files_hold_rows(path, table):
             return None
         whole = pa.schema(table.schema().to_arrow())
         schema = pa.schema([whole.field(c) for c in columns]) if columns else whole
@@ -512,7 +561,8 @@ class DeltaRsTables(DeltaRsWrites):
         try:
             files = {name: kept[name] if name in kept else
                      pq.ParquetFile(os.path.join(root, name)).read(columns=columns).cast(schema)
-                     for name in _add_actions(table).column("path").to_pylist()}
+                     for name in self._open_tables[str(path)].actions().column("path")
+                     .to_pylist()}
         except (KeyError, ValueError, OSError, pa.ArrowException):  # a file without a column
             return None  # of them, or one not where the log says: read as ever
         with self._lock:
@@ -588,8 +638,7 @@ class DeltaRsTables(DeltaRsWrites):
     def _files_within(self, path: str, within: tuple[str, str, str] | None) -> list[tuple]:
         """(path, bytes, rows) of the files of `file_bytes`."""
         column, after, upto = within or (None, None, None)
-        return [(name, size, rows) for name, size, rows, low, high in self._files(path, column)
-                if low is None or high is None or (low <= upto and high > after)]
+        return _within(self._files(path, column), after, upto)
 
     def data_files(self, path: str, column: str) -> list[tuple[str, object, object]]:
         """(path relative to the table, min, max of `column`) of each data file of a local,
@@ -599,11 +648,9 @@ class DeltaRsTables(DeltaRsWrites):
     def _files(self, path: str, column: str | None) -> list[tuple]:
         """(path relative to the table, bytes, rows, min and max of `column`) of each data
         file, from the Delta log; None where it has no statistics."""
-        with self._table(path) as table:
-            actions = _add_actions(table)
-        return list(zip(*(actions.column(c).to_pylist()
-                          for c in ("path", "size_bytes", "num_records")),
-                        *_bounds(actions, column)))
+        with self._table(path):
+            actions = self._open_tables[str(path)].actions()
+        return _file_list(actions, column)
 
     def replace_files(self, path: str, removed: list[str], added: list,
                       schema: pa.Schema) -> None:
@@ -620,6 +667,20 @@ class DeltaRsTables(DeltaRsWrites):
             self._commit_aside(path, table,
                                [*added, *(RemoveAction(name, True, now) for name in removed)],
                                schema, CommitProperties(custom_metadata={"userMetadata": OWN_MERGE}))
+
+
+def _file_list(actions: pa.Table, column: str | None) -> list[tuple]:
+    """(path, bytes, rows, min and max of `column`) of each file of the add actions."""
+    return list(zip(*(actions.column(c).to_pylist() for c in ("path", "size_bytes",
+                                                              "num_records")),
+                    *_bounds(actions, column)))
+
+
+def _within(files: list[tuple], after, upto) -> list[tuple]:
+    """The (path, bytes, rows) of the files of `_file_list` that may hold rows with
+    after < column <= upto by their statistics (a file without them may)."""
+    return [(name, size, rows) for name, size, rows, low, high in files
+            if low is None or high is None or (low <= upto and high > after)]
 
 
 def _bounds(actions: pa.Table, column: str | None) -> tuple[list, list]:

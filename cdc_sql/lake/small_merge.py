@@ -318,8 +318,8 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
 def _read_changes(lake: Lake, plan, window: Window) -> pa.Table:
     """The window's bronze changes of the table, in silver's columns less those its change
     semantics add."""
-    path, columns, conditions = _changes_of(lake, plan, window)
-    return lake.tables.read_arrow(path, columns, where=conditions)
+    path, columns, _ = _changes_of(lake, plan, window)
+    return lake.tables.read_within(path, columns, ("_cdc_offset", window.after, window.upto))
 
 
 def _changes_of(lake: Lake, plan, window: Window) -> tuple[str, list[str], list[tuple]]:

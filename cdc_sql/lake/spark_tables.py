@@ -162,6 +162,10 @@ class SparkTables:
                       schema: pa.Schema) -> None:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 
+    def read_within(self, path: str, columns: list[str],
+                    within: tuple[str, object, object]) -> pa.Table:
+        raise NotImplementedError("merges_here is False: nothing is merged here")
+
     def scan(self, path: str, columns: list[str], where: list[tuple[str, str, object]],
              serial: bool = False) -> pa.RecordBatchReader:
         raise NotImplementedError("merges_here is False: nothing is merged here")

@@ -65,10 +65,12 @@ def test_a_table_removed_and_made_again_is_seen(tmp_path):
     write_deltalake(path, rows(2), mode="append")
     tables = DeltaRsTables()
     assert sorted(tables.read_arrow(path)["a"].to_pylist()) == [1, 2]
+    assert sorted(low for _, low, _ in tables.data_files(path, "a")) == [1, 2]
     shutil.rmtree(path)
     write_deltalake(path, rows(7))
     write_deltalake(path, rows(8), mode="append")
     assert sorted(tables.read_arrow(path)["a"].to_pylist()) == [7, 8]
+    assert sorted(low for _, low, _ in tables.data_files(path, "a")) == [7, 8]  # not kept
 
 
 OPERATIONS = st.lists(st.tuples(st.sampled_from(["own", "files", "other", "remade", "read"]),
@@ -98,9 +100,13 @@ def test_what_an_open_table_reads_is_the_table_s_latest(tmp_path_factory, operat
             for more in range(count):
                 write_deltalake(path, rows(value * 10 + more), mode="append")
         truth = DeltaTable(path)
+        values = truth.to_pyarrow_table()["a"].to_pylist()
         assert tables.version(path) == truth.version()
-        assert sorted(tables.read_arrow(path)["a"].to_pylist()) == \
-            sorted(truth.to_pyarrow_table()["a"].to_pylist())
+        assert sorted(tables.read_arrow(path)["a"].to_pylist()) == sorted(values)
+        assert len(tables.data_files(path, "a")) == len(truth.file_uris())  # add actions kept
+        # for their version only
+        assert sorted(tables.read_within(path, ["a"], ("a", 1, value - 1))["a"].to_pylist()) \
+            == sorted(v for v in values if 1 < v <= value - 1)
 
 
 def test_a_version_is_counted_from_commit_files_after_a_commit_delta_rs_does_not_follow(
@@ -173,3 +179,35 @@ def test_a_table_made_with_a_timestamp_without_time_zone_declares_the_feature(tm
     tables.append_arrow(path, [pa.record_batch([pa.array([at], pa.timestamp("us"))],
                                                schema=schema)], schema)
     assert tables.read_arrow(path)["at"].to_pylist() == [at]
+
+
+WINDOWS = st.lists(st.lists(st.one_of(st.none(), st.integers(0, 30)), max_size=6), max_size=5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(WINDOWS, st.integers(-1, 31), st.integers(-1, 31), st.booleans())
+def test_a_window_read_from_the_files_is_delta_rs_s_read(tmp_path_factory, appends, after,
+                                                         upto, added):
+    """`read_within` (a window read straight from the files that may hold it) gives the rows
+    delta-rs's read with the same conditions gives: offsets as text, NULLs, files skipped by
+    their statistics; a column added after some files were written (`added`: those files
+    lack it) is read as delta-rs reads it."""
+    path = str(tmp_path_factory.mktemp("window") / "t")
+    schema = pa.schema([("o", pa.string()), ("n", pa.int64())])
+    write_deltalake(path, schema.empty_table())
+    for number, offsets in enumerate(appends):
+        texts = [None if o is None else f"{o:03d}" for o in offsets]
+        write_deltalake(path, pa.table({"o": pa.array(texts, pa.string()),
+                                        "n": pa.array([number] * len(texts), pa.int64())}),
+                        mode="append")
+    columns = ["o", "n"]
+    if added:
+        write_deltalake(path, pa.table({"o": ["010"], "n": [99], "m": ["new"]}), mode="append",
+                        schema_mode="merge")
+        columns.append("m")
+    bounds = (f"{after:03d}", f"{upto:03d}")
+    truth = DeltaTable(path).to_pyarrow_table(
+        columns=columns, filters=[("o", ">", bounds[0]), ("o", "<=", bounds[1])])
+    read = DeltaRsTables().read_within(path, columns, ("o", *bounds))
+    assert read.schema == truth.schema
+    assert sorted(read.to_pylist(), key=str) == sorted(truth.to_pylist(), key=str)

@@ -305,7 +305,7 @@ def test_a_window_no_bronze_file_holds_merges_nothing_whatever_silvers_size():
         def properties(self, path):  # a change data feed: not rewritten by file_merge.py
             return {"delta.enableChangeDataFeed": "true"}
 
-        def read_arrow(self, *args, **kwargs):
+        def read_within(self, *args, **kwargs):
             raise AssertionError("a window of no file read")
 
     def lake(window_bytes):
