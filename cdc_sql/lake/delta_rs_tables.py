@@ -5,7 +5,7 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -380,6 +380,22 @@ class _Open:
             self.saw(path, before + 1)
 
 
+WHOLE_FILE_BYTES = 8 * 2**20  # read whole (quicker), then filtered; larger ones a batch at a time
+
+
+def _parts(file: str, size: int, columns: list[str]) -> Iterator[pa.Table]:
+    """A Parquet file's columns, whole if it is small, else in batches (a file only partly
+    in a window is not held whole beside its rows in the window)."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(file)
+    if size <= WHOLE_FILE_BYTES:
+        yield parquet.read(columns=columns)
+        return
+    for batch in parquet.iter_batches(batch_size=64 * 1024, columns=columns):
+        yield pa.Table.from_batches([batch])
+
+
 def _files_hold_rows(path: str, table) -> bool:
     """Whether the open local table's rows are those of its files, read as they are: no
     partition values, deletion vectors or mapped column names."""
@@ -531,9 +547,9 @@ class DeltaRsTables(DeltaRsWrites):
                                 after, upto)
                 condition = pq.filters_to_expression(where)
                 try:
-                    parts = [pq.ParquetFile(os.path.join(str(Location.of(path)), name))
-                             .read(columns=columns).cast(schema).filter(condition)
-                             for name, _, _ in files]
+                    parts = [part.cast(schema).filter(condition)
+                             for name, size, _ in files for part in _parts(
+                                 os.path.join(str(Location.of(path)), name), size, columns)]
                 except (KeyError, ValueError, OSError, pa.ArrowException):
                     parts = None  # a file without one of the columns: read as ever
                 if parts is not None:

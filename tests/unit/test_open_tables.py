@@ -185,13 +185,18 @@ WINDOWS = st.lists(st.lists(st.one_of(st.none(), st.integers(0, 30)), max_size=6
 
 
 @settings(max_examples=40, deadline=None)
-@given(WINDOWS, st.integers(-1, 31), st.integers(-1, 31), st.booleans())
+@given(WINDOWS, st.integers(-1, 31), st.integers(-1, 31), st.booleans(), st.booleans())
 def test_a_window_read_from_the_files_is_delta_rs_s_read(tmp_path_factory, appends, after,
-                                                         upto, added):
+                                                         upto, added, streamed):
     """`read_within` (a window read straight from the files that may hold it) gives the rows
     delta-rs's read with the same conditions gives: offsets as text, NULLs, files skipped by
-    their statistics; a column added after some files were written (`added`: those files
-    lack it) is read as delta-rs reads it."""
+    their statistics, files read whole or (`streamed`, as larger ones are) a batch at a time;
+    a column added after some files were written (`added`: those files lack it) is read as
+    delta-rs reads it."""
+    from unittest import mock
+
+    from cdc_sql.lake import delta_rs_tables
+
     path = str(tmp_path_factory.mktemp("window") / "t")
     schema = pa.schema([("o", pa.string()), ("n", pa.int64())])
     write_deltalake(path, schema.empty_table())
@@ -208,6 +213,7 @@ def test_a_window_read_from_the_files_is_delta_rs_s_read(tmp_path_factory, appen
     bounds = (f"{after:03d}", f"{upto:03d}")
     truth = DeltaTable(path).to_pyarrow_table(
         columns=columns, filters=[("o", ">", bounds[0]), ("o", "<=", bounds[1])])
-    read = DeltaRsTables().read_within(path, columns, ("o", *bounds))
+    with mock.patch.object(delta_rs_tables, "WHOLE_FILE_BYTES", -1 if streamed else 2**30):
+        read = DeltaRsTables().read_within(path, columns, ("o", *bounds))
     assert read.schema == truth.schema
     assert sorted(read.to_pylist(), key=str) == sorted(truth.to_pylist(), key=str)
