@@ -308,16 +308,6 @@ class _Open:
         self.table = None
         self._seen: tuple[int, tuple] | None = None
         self.aside = False  # committed by `create_write_transaction` in the current use
-        self._actions: tuple[int, pa.Table] | None = None  # (version, its add actions)
-
-    def actions(self) -> pa.Table:
-        """The open table's add actions, statistics flattened, listed once for each version
-        (a window's merge asks for bronze's and silver's two or three times: their sizes,
-        rows and key bounds)."""
-        version = self.table.version()
-        if self._actions is None or self._actions[0] != version:
-            self._actions = (version, _add_actions(self.table))
-        return self._actions[1]
 
     def latest_version(self, path: str) -> int | None:
         """The table's latest version, counted by its commit files from the open table's on
@@ -359,12 +349,6 @@ class _Open:
                 self.saw(path, self.table.version())
             except Exception:  # noqa: BLE001 - replaced (recreated, vacuumed): open anew
                 self.table = None
-
-    def opened(self, path: str, table) -> None:
-        """`table`, just opened at the table's latest version, as the open one (what was
-        kept of another, a table removed and made again, forgotten)."""
-        self.table, self._actions = table, None
-        self.saw(path, table.version())
 
     def saw(self, path: str, version: int) -> None:
         """The open table was brought to `version`, the latest then."""
@@ -461,7 +445,8 @@ class DeltaRsTables(DeltaRsWrites):
             if entry.table is not None and (refreshed is None or str(path) not in refreshed):
                 entry.bring_up(str(path))
             if entry.table is None:
-                entry.opened(str(path), DeltaTable(str(path)))
+                entry.table = DeltaTable(str(path))
+                entry.saw(str(path), entry.table.version())
             if refreshed is not None:
                 refreshed.add(str(path))
             before = entry.table.version()
@@ -543,8 +528,7 @@ class DeltaRsTables(DeltaRsWrites):
             if _files_hold_rows(path, table):
                 schema = pa.schema(table.schema().to_arrow())
                 schema = pa.schema([schema.field(c) for c in columns])
-                files = _within(_file_list(self._open_tables[str(path)].actions(), column),
-                                after, upto)
+                files = _within(_file_list(_add_actions(table), column), after, upto)
                 condition = pq.filters_to_expression(where)
                 try:
                     parts = [part.cast(schema).filter(condition)
@@ -577,8 +561,7 @@ class DeltaRsTables(DeltaRsWrites):
         try:
             files = {name: kept[name] if name in kept else
                      pq.ParquetFile(os.path.join(root, name)).read(columns=columns).cast(schema)
-                     for name in self._open_tables[str(path)].actions().column("path")
-                     .to_pylist()}
+                     for name in _add_actions(table).column("path").to_pylist()}
         except (KeyError, ValueError, OSError, pa.ArrowException):  # a file without a column
             return None  # of them, or one not where the log says: read as ever
         with self._lock:
@@ -664,8 +647,8 @@ class DeltaRsTables(DeltaRsWrites):
     def _files(self, path: str, column: str | None) -> list[tuple]:
         """(path relative to the table, bytes, rows, min and max of `column`) of each data
         file, from the Delta log; None where it has no statistics."""
-        with self._table(path):
-            actions = self._open_tables[str(path)].actions()
+        with self._table(path) as table:
+            actions = _add_actions(table)
         return _file_list(actions, column)
 
     def replace_files(self, path: str, removed: list[str], added: list,
