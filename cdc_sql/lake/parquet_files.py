@@ -52,7 +52,7 @@ def create_table(path: str, schema: pa.Schema,
     if len(streams) == 1:  # (no thread of its own: a small table's read costs one commit)
         actions = write_files(path, schema, streams[0]())
     else:
-        with ThreadPoolExecutor(min(len(streams), os.cpu_count() or 1)) as pool:
+        with ThreadPoolExecutor(max(1, min(len(streams), os.cpu_count() or 1))) as pool:
             actions = [a for written in pool.map(lambda s: write_files(path, schema, s()),
                                                  streams) for a in written]
     create_with(path, schema, actions, configuration)

@@ -60,9 +60,9 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
         if table.qualified in whole else
         group_splits(unfinished[table.qualified], sizes[table.qualified][0],
                      source.parallelism))]
-    present = {t.qualified for t, there in zip(pending_tables, tables.each(
-        lambda t: run.lake.tables.exists(run.lake.snapshot_path(t.db, t.name)), pending_tables))
-        if there}
+    found = tables.each(lambda t: run.lake.tables.exists(run.lake.snapshot_path(t.db, t.name)),
+                        pending_tables)  # (each a request, in an object store)
+    present = {t.qualified for t, there in zip(pending_tables, found) if there}
     if source.snapshot_runner != "spark":  # (Spark's tasks append to a table made here)
         pending = creating_groups(pending, present)
     made_by_read = {g.table.qualified for g in pending if g.creates}

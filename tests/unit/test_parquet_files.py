@@ -113,6 +113,25 @@ def test_a_table_created_from_streams_in_one_commit(tmp_path):
     assert pc.sum(actions["num_records"]).as_py() == 6000
 
 
+def test_a_table_of_one_stream_or_none_is_created_in_one_commit(tmp_path):
+    """One stream (a small table's read into bronze) is written by the calling thread; no
+    stream makes an empty table."""
+    import threading
+
+    writers = []
+
+    def stream():
+        writers.append(threading.current_thread())
+        yield batch([(1, "a", decimal.Decimal("0.25"), 7)])
+
+    parquet_files.create_table(str(tmp_path / "one"), SCHEMA, [stream])
+    parquet_files.create_table(str(tmp_path / "none"), SCHEMA, [])
+    assert writers == [threading.current_thread()]
+    one, none = DeltaTable(str(tmp_path / "one")), DeltaTable(str(tmp_path / "none"))
+    assert (one.version(), one.to_pyarrow_table()["id"].to_pylist()) == (0, [1])
+    assert (none.version(), none.to_pyarrow_table().num_rows) == (0, 0)
+
+
 def test_rows_appended_to_a_local_table_are_files_written_here_in_one_commit_each(tmp_path):
     from cdc_sql.lake import delta_rs_tables as tables_module
 
