@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pymysql
+from deltalake import DeltaTable
 
 from cdc_sql import faults
 from cdc_sql.dev.mariadb import MariaDB
@@ -212,8 +213,7 @@ class Chaos:
         if self._phase() == "snapshot":
             return ["split.written"]
         lake = Lake(None, str(self.root), None)
-        made = all(os.path.exists(os.path.join(lake.silver_path(name), "_delta_log",
-                                               f"{0:020}.json")) for name in TABLES)
+        made = all(DeltaTable.is_deltatable(lake.silver_path(name)) for name in TABLES)
         return [p for p in faults.POINTS if p not in ("split.written", "resnapshot.reset")
                 and not (made and p in ("silver.first_moved", "silver.snapshot_written"))]
 
