@@ -5,7 +5,7 @@ check, the MERGE), whatever the window's size; with hundreds of small tables tha
 the whole batch. And delta-rs MERGEs faster than Sail at every size measured, at a memory cost
 that follows silver's size (docs/performance.md, "Measurements behind the code"). So a window
 of a table silver holds as it is (one source table, no projection, no history, no cascades)
-whose work fits in MEMORY_BUDGET is merged here: its bronze changes read with delta-rs, the
+whose work fits in MEMORY_BUDGET is merged here: its bronze changes read (`read_within`), the
 last change per key picked in Arrow (`last_change_per_key`, the rule of silver_changes.sql),
 and one delta-rs MERGE with the conditions of silver_merge.sql (rows of WIDE_ROW_BYTES or more,
 whose batches delta-rs cannot hold, are MERGEd under the same conditions by rewriting the files
