@@ -523,7 +523,7 @@ class DeltaRsTables(DeltaRsWrites):
         import pyarrow.parquet as pq
 
         column, after, upto = within
-        where = [(column, ">", after), (column, "<=", upto)]
+        where = tables.within_conditions(within)
         with self._table(path) as table:
             if _files_hold_rows(path, table):
                 schema = pa.schema(table.schema().to_arrow())

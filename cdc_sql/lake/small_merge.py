@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from cdc_sql import faults
 from cdc_sql.config import layout
-from cdc_sql.lake import file_merge, first_version, parquet_files, semantics
+from cdc_sql.lake import file_merge, first_version, parquet_files, semantics, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
@@ -272,10 +272,8 @@ def _create(lake: Lake, plan, window: Window, silver: str) -> str | None:
 
 def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     """The window's changes, the last per key, MERGEd into silver; why not, if not."""
-    source = plan.sources[0]
-    changes_path = lake.changes_path(source.db, source.name)
+    changes_path, columns, within = _changes_of(lake, plan, window)
     silver_bytes = lake.tables.file_bytes(silver)
-    within = ("_cdc_offset", window.after, window.upto)
     changes_bytes = lake.tables.file_bytes(changes_path, within)
     if changes_bytes == 0:  # no file of bronze may hold one: nothing to MERGE, whatever
         return None  # silver's size (a first window of a big table: no engine started for it)
@@ -289,7 +287,7 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
             return _merge_in_ranges(lake, plan, window, silver, estimate)
         return "past the memory budget (by bronze's and silver's file sizes)"
     started = time.perf_counter()
-    changes = _read_changes(lake, plan, window)
+    changes = lake.tables.read_within(changes_path, columns, within)
     way, count = merger(changes.nbytes, changes.num_rows, silver_bytes, rewritable,
                         delta_rs), changes.num_rows
     if way is None:
@@ -315,19 +313,12 @@ def _merge_changes(lake: Lake, plan, window: Window, silver: str) -> str | None:
     return None
 
 
-def _read_changes(lake: Lake, plan, window: Window) -> pa.Table:
-    """The window's bronze changes of the table, in silver's columns less those its change
-    semantics add."""
-    path, columns, _ = _changes_of(lake, plan, window)
-    return lake.tables.read_within(path, columns, ("_cdc_offset", window.after, window.upto))
-
-
-def _changes_of(lake: Lake, plan, window: Window) -> tuple[str, list[str], list[tuple]]:
-    """The bronze table of the window's changes, the columns read and the offsets' bounds."""
+def _changes_of(lake: Lake, plan, window: Window) -> tuple[str, list[str], tuple]:
+    """The bronze table of the window's changes, the columns read (silver's, less those its
+    change semantics add) and the window's offsets (`_cdc_offset`, after, upto)."""
     source, extra = plan.sources[0], semantics.extra_columns(plan.spec)
     return lake.changes_path(source.db, source.name), \
-        [c for c in plan.columns if c not in extra], \
-        [("_cdc_offset", ">", window.after), ("_cdc_offset", "<=", window.upto)]
+        [c for c in plan.columns if c not in extra], ("_cdc_offset", window.after, window.upto)
 
 
 def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
@@ -418,13 +409,14 @@ def _spill(lake: Lake, plan, window: Window, column: str, ranges: list[tuple],
     Arrow file (LZ4) of its key range in `column` under `directory`: the files, None for a
     range without changes. Bronze's files hold keys of every range (a batch's), so reading
     each range from them would decode the whole window once per range."""
-    path, columns, conditions = _changes_of(lake, plan, window)
+    path, columns, within = _changes_of(lake, plan, window)
     cuts = [start for start, _ in ranges[1:]]
     names = [os.path.join(directory, f"range-{n}.arrow") for n in range(len(ranges))]
     writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
     options = pa.ipc.IpcWriteOptions(compression="lz4")
     try:
-        for batch in lake.tables.scan(path, columns, conditions, serial=True):
+        for batch in lake.tables.scan(path, columns, tables.within_conditions(within),
+                                      serial=True):
             if not batch.num_rows:
                 continue
             for n, rows in _by_range(batch, column, cuts):

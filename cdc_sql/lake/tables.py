@@ -200,6 +200,12 @@ def spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema, prefer_timestamp_ntz=True)  # naive timestamps are NTZ
 
 
+def within_conditions(within: tuple[str, object, object]) -> list[tuple[str, str, object]]:
+    """(column, after, upto) as the conditions after < column <= upto. Pure."""
+    column, after, upto = within
+    return [(column, ">", after), (column, "<=", upto)]
+
+
 # -- delta-rs ---------------------------------------------------------------------------------
 def each(function, items: Iterable, workers: int = 8) -> list:
     """`function(item)` for every item, several at once: commits to different tables (each
