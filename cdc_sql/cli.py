@@ -197,7 +197,7 @@ def _sql_only_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sql-only", action="store_true",
                         help="every silver window through the engine's SQL MERGE INTO (sets "
                              "engine.sql_only): no in-process delta-rs merge, no first version "
-                             "written during the snapshot")
+                             "made of bronze's files")
 
 
 def _engine(args, pipeline: Pipeline):

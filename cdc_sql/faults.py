@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("resnapshot.reset", "split.written", "bronze.appended", "silver.first_moved",
+POINTS = ("resnapshot.reset", "split.written", "bronze.appended", "silver.first_spliced",
           "silver.snapshot_written", "silver.staged", "silver.merged", "history.staged",
           "history.merged", "state.committed")
 _seen: dict[str, int] = {}

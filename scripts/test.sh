@@ -49,6 +49,7 @@ CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q --durations=10 \
   $I/test_end_to_end.py $I/test_engine.py $I/test_spark_session.py $I/test_types.py \
   $I/test_mixed_writers.py \
   "$I/test_floats.py::test_silver_holds_every_bit_on_every_path[spark-tasks]" \
+  "$I/test_floats.py::test_silver_holds_every_bit_on_every_path[spliced]" \
   $I/test_schema_changes.py::test_add_drop_rename_modify_truncate_between_writes \
   $I/test_binlog_corners.py::test_truncate_partition_is_applied_exactly \
   $I/test_change_semantics.py::test_truncate_flags_rows_or_is_skipped \

@@ -165,7 +165,7 @@ class EngineConfig:
     url: str = _key("Spark Connect URL for mode remote", "")
     sql_only: bool = _key("every silver window through the engine's SQL MERGE INTO (the "
                           "reference path): no window merged in this process by delta-rs, no "
-                          "first version written during the snapshot; the CLI's --sql-only "
+                          "first version made of bronze's files; the CLI's --sql-only "
                           "sets it", False)
     window_bytes: int = _key("when some table's windows go through the engine's SQL, a "
                              "capture pass ends at the first transaction's end past this "

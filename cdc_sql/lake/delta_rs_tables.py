@@ -134,7 +134,11 @@ class DeltaRsWrites:
         `properties`: the table's own (config/layout.py), in the creating commit."""
         configuration = _configuration(schema, properties)
         if Location.of(path).local:
-            parquet_files.create_table(str(path), schema, streams, configuration=configuration)
+            actions = parquet_files.create_table(str(path), schema, streams,
+                                                 configuration=configuration)
+            if "delta.columnMapping.mode" not in (configuration or {}):  # (its rows: its files')
+                self._made[str(path)] = (hash(_identity(_commit_file(path, 0))),
+                                         [a.path for a in actions])
             return
         opened = [stream() for stream in streams]
         append_with_delta_rs(path, (batch for stream in opened for batch in stream), schema,
@@ -413,6 +417,9 @@ class DeltaRsTables(DeltaRsWrites):
 
     def __init__(self):
         self._open_tables: dict[str, _Open] = {}
+        # tables created here with their rows: the creating commit's identity (hashed: its
+        # first bytes are kilobytes a table), its files
+        self._made: dict[str, tuple[int, list[str]]] = {}
         self._lock = threading.Lock()
         self._local = threading.local()  # .refreshed: the paths `pinned` brought up to date
         # (path, columns) -> (schema, {data file: its rows}): `read_arrow(each_file_once=True)`
@@ -638,6 +645,20 @@ class DeltaRsTables(DeltaRsWrites):
         """(path, bytes, rows) of the files of `file_bytes`."""
         column, after, upto = within or (None, None, None)
         return _within(self._files(path, column), after, upto)
+
+    def plain_files(self, path: str) -> list[str] | None:
+        """The data files (paths relative to the table) of a local table whose rows are its
+        files' (`_files_hold_rows`); None for any other. A table this process created with
+        its rows, still at that first version, is not opened: its files are those it made
+        (a first run reads each small table's files so, a table opened costing a millisecond)."""
+        identity, names = self._made.get(str(path), (None, None))
+        if identity is not None and hash(_identity(_commit_file(path, 0))) == identity and \
+                not os.path.exists(_commit_file(path, 1)):
+            return names
+        with self._table(path) as table:
+            if not _files_hold_rows(path, table):
+                return None
+            return _add_actions(table).column("path").to_pylist()
 
     def data_files(self, path: str, column: str) -> list[tuple[str, object, object]]:
         """(path relative to the table, min, max of `column`) of each data file of a local,

@@ -1,193 +1,243 @@
-"""Silver's first version written during the snapshot, from the rows in hand.
+"""Silver's first version made of bronze's snapshot files, their values not encoded again.
 
 A plain table's first window creates silver holding the snapshot rows (lake/small_merge.py).
-Read back from bronze and written again, those rows cost silver a third of the snapshot's time
-(docs/performance.md), most of it decoding what was just encoded. So while a
-read of splits streams into bronze, its rows also go, in silver's columns, into Parquet files
-of their own: `<root>/_first/<silver name>/<attempt>/`, with a manifest (`<attempt>.json`: the
-splits, the watermark, silver's columns, the files and their statistics) written once the files
-are complete and bronze holds the rows. Only where silver will be created in this process
-(lake/silver/route.written_ahead: a plain table, a local lake, silver not there yet), with a
-watermark known at read time (a GTID watermark gets its offset later, from the binlog reader).
+Those rows are in bronze's files already, encoded, beside bronze's own columns. Read back and
+written again they cost silver a third of the snapshot's time; written a second time as they
+were read (what this module did before) a tenth of the snapshot's CPU (docs/performance.md).
+So where each of bronze's files holds rows of one read of splits the window takes whole, a
+silver file is made of that file's column chunks of the source's columns and those of a small
+file of silver's own (the splits' watermark, `r`, the read time: one value each), under
+silver's footer (lake/parquet_splice.py): bytes copied, nothing decoded.
 
-When the first window creates silver, `take` hands over these files, moved into silver's
-directory for the creating commit, if every attempt state records for the window's splits has
-a manifest that agrees with state (`agreeing`: the same splits, the same watermark, silver's
-columns); else silver is created from bronze, as without them. Either way the directory is
-removed once silver exists. Files are never trusted beyond their manifest: a read that failed
-or was killed leaves none (or files no manifest names); an attempt state never recorded is
-ignored. Bronze stays the record silver can always be rebuilt from.
+`take` gives those files' add actions, or None when bronze's files do not hold exactly the
+window's rows file by file (`chosen`, pure) or cannot be spliced as they are (files another
+writer made, columns bronze's files lack): silver is then written from bronze's rows, read and
+encoded (small_merge.snapshot_rows). Bronze's files are only read.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterable
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from cdc_sql.errors import out_of_space
-from cdc_sql.lake import parquet_files
+from cdc_sql.lake import parquet_files, parquet_splice
 from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import SplitRef
 
 log = logging.getLogger("cdc_sql")
-MANIFEST = "{attempt}.json"
+READ_AT = pa.timestamp("us", tz="UTC")  # bronze's _cdc_read_at
+# A smaller bronze file is read and its rows written again: quicker than a splice's three
+# footers read and one written in Python (4 ms against 1 ms for a file of 10 rows; at about
+# 1 MB, 30,000 rows of the benchmark's table, both take 3-5 ms).
+SPLICE_BYTES = 2**20
 
 
 @dataclass(frozen=True)
-class Target:
-    """A silver table the snapshot rows of one source table are written into as read."""
+class BronzeFile:
+    """What a bronze snapshot file's footer says of its rows."""
 
-    path: str            # <root>/_first/<silver name>
-    schema: pa.Schema    # silver's columns (small_merge.silver_schema)
-
-
-@dataclass
-class Writer:
-    """The silver files of one read of splits, as its batches (source columns, then the split
-    id) stream by: `tee` them on the way into bronze; leaving the `with` block without an
-    error writes the manifests, with one removes the files. Writing ahead is only a shortcut:
-    if it fails, the read goes on and silver is later read from bronze."""
-
-    targets: list[Target]
-    attempt: str
-    splits: list[int]
-    watermark: str
-    read_at: dt.datetime
-    _files: list[parquet_files.Files] = field(default_factory=list)
-
-    def __enter__(self) -> "Writer":
-        if not self.watermark:  # known only once the binlog reader reaches it: not here
-            self.targets = []
-        for target in self.targets:
-            os.makedirs(os.path.join(target.path, self.attempt), exist_ok=True)
-            self._files.append(parquet_files.Files(os.path.join(target.path, self.attempt),
-                                                   target.schema))
-        return self
-
-    def tee(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            if self._files:
-                try:
-                    self._write(batch)
-                except Exception as exc:  # noqa: BLE001 - bronze goes on; silver reads it
-                    if out_of_space(exc):  # bronze cannot go on either: the run stops
-                        raise
-                    self._abandon(exc)
-            yield batch
-
-    def _write(self, batch: pa.RecordBatch) -> None:
-        offset = pa.repeat(pa.scalar(self.watermark), batch.num_rows)
-        read_at = pa.repeat(pa.scalar(self.read_at, pa.timestamp("us", tz="UTC")),
-                            batch.num_rows)
-        for files in self._files:
-            files.write(snapshot_image(files.schema, batch, offset, read_at))
-
-    def _abandon(self, error: Exception | None = None) -> None:
-        if error is not None:
-            log.warning("snapshot rows could not be written ahead into %s (%s): silver's first "
-                        "version will be read from bronze",
-                        ", ".join(t.path for t in self.targets), error)
-        for target, files in zip(self.targets, self._files):
-            with contextlib.suppress(Exception):
-                files.close()
-            shutil.rmtree(os.path.join(target.path, self.attempt), ignore_errors=True)
-            with contextlib.suppress(OSError):
-                os.remove(os.path.join(target.path, MANIFEST.format(attempt=self.attempt)))
-        self.targets, self._files = [], []
-
-    def __exit__(self, kind, *_) -> None:
-        if kind is not None:
-            self._abandon()
-            return
-        try:
-            for target, files in zip(self.targets, self._files):
-                _write_manifest(target, self.attempt, {
-                    "splits": sorted(self.splits), "watermark": self.watermark,
-                    "columns": str(target.schema),
-                    "files": [{"path": a.path, "size": a.size, "stats": a.stats}
-                              for a in files.close()]})
-        except Exception as exc:  # noqa: BLE001 - as in tee
-            self._abandon(exc)
+    name: str                # relative to the table
+    attempt: str | None      # the attempt that wrote all its rows; None: not one
+    first: int | None        # its lowest and highest split id
+    last: int | None
 
 
-def _write_manifest(target: Target, attempt: str, manifest: dict) -> None:
-    name = os.path.join(target.path, MANIFEST.format(attempt=attempt))
-    with open(name + ".tmp", "w") as out:
-        json.dump(manifest, out)
-    os.replace(name + ".tmp", name)  # complete, or not there
+def chosen(files: Iterable[BronzeFile], splits: Iterable[SplitRef]) -> list[tuple[str, str]] | None:
+    """Bronze's files, each with the watermark its rows stand at, when together they hold
+    exactly the snapshot rows of `splits` (the window's done splits, each with the attempt
+    state records): each file of an attempt state records and holding only splits state
+    records of that attempt, all at one watermark. None when a file cannot tell (rows of
+    several attempts, no split bounds), holds rows of another attempt (what the window does
+    not take: not expected of a first window, so not trusted either) or of a split the window
+    does not take from it, or its splits stand at different watermarks. Pure."""
+    wanted: dict[str, dict[int, str]] = {}
+    for split in splits:
+        if split.attempt is None or split.watermark is None:
+            return None
+        wanted.setdefault(split.attempt, {})[split.split_id] = split.watermark
+    if not wanted:
+        return None
+    found = []
+    for file in files:
+        if file.attempt is None or file.first is None or file.last is None:
+            return None
+        if file.attempt not in wanted:
+            return None
+        marks = {wanted[file.attempt].get(i) for i in range(file.first, file.last + 1)}
+        if None in marks or len(marks) != 1:
+            return None
+        found.append((file.name, marks.pop()))
+    return found
+
+
+def take(lake: Lake, source, splits: Iterable[SplitRef], schema: pa.Schema,
+         silver: str) -> list | None:
+    """The add actions of silver's first version, its files made in `silver` (a local
+    directory) from bronze's; None when they cannot be (module docstring)."""
+    bronze = lake.snapshot_path(source.db, source.name)
+    names = lake.tables.plain_files(bronze)
+    if names is None:
+        return None
+    made: list[str] = []
+    try:
+        footers = {name: pq.read_metadata(os.path.join(bronze, name)) for name in names}
+        values = schema.get_field_index("_cdc_offset")  # the source's columns come first
+        if not all(_holds_columns(f, schema, values) for f in footers.values()):
+            return None
+        picked = chosen([_described(name, f) for name, f in footers.items()], splits)
+        if picked is None:
+            return None
+        os.makedirs(silver, exist_ok=True)
+
+        def silver_files(file: tuple[str, str]) -> list:
+            path, footer = os.path.join(bronze, file[0]), footers[file[0]]
+            way = _spliced if os.path.getsize(path) >= SPLICE_BYTES else _rewritten
+            actions = way(path, footer, file[1], schema, values, silver)
+            made.extend(a.path for a in actions)
+            return actions
+
+        if len(picked) < 2:  # (a small table: no thread of its own)
+            return [a for file in picked for a in silver_files(file)]
+        with ThreadPoolExecutor(min(len(picked), os.cpu_count() or 1)) as pool:
+            # (copies and writes release the GIL)
+            return [a for found in pool.map(silver_files, picked) for a in found]
+    except (OSError, pa.ArrowException, parquet_splice.Unspliceable) as exc:
+        log.debug("silver's first version not made of bronze's files (%s): written from "
+                  "bronze's rows", exc)
+        for name in made:
+            os.remove(os.path.join(silver, name))
+        return None
+
+
+def _holds_columns(footer: pq.FileMetaData, schema: pa.Schema, values: int) -> bool:
+    """Whether the file's leading columns are silver's source columns (names, types,
+    nullability) and its read time is bronze's type."""
+    found = footer.schema.to_arrow_schema()
+    return len(found) > values and \
+        all(found.field(i).equals(schema.field(i)) for i in range(values)) and \
+        "_cdc_read_at" in found.names and found.field("_cdc_read_at").type == READ_AT
+
+
+def _described(name: str, footer: pq.FileMetaData) -> BronzeFile:
+    attempts = _bounds(footer, "_cdc_attempt")
+    splits = _bounds(footer, "_cdc_split_id")
+    return BronzeFile(name, attempts[0] if attempts and attempts[0] == attempts[1] else None,
+                      *(splits or (None, None)))
+
+
+def _bounds(footer: pq.FileMetaData, column: str, raw: bool = False) -> tuple | None:
+    """The lowest and highest value of a top-level column over the file's row groups, as
+    its footer has them (`raw`: as stored, e.g. a timestamp's integer); None where a row
+    group has none."""
+    index = next((i for i in range(footer.num_columns)
+                  if footer.schema.column(i).path == column), None)
+    if index is None or footer.num_row_groups == 0:
+        return None
+    low = high = None
+    for group in range(footer.num_row_groups):
+        found = footer.row_group(group).column(index).statistics
+        if found is None or not found.has_min_max:
+            return None
+        values = (found.min_raw, found.max_raw) if raw else (found.min, found.max)
+        low = values[0] if low is None else min(low, values[0])
+        high = values[1] if high is None else max(high, values[1])
+    return low, high
+
+
+def _rewritten(path: str, footer: pq.FileMetaData, watermark: str, schema: pa.Schema,
+               values: int, silver: str) -> list:
+    """A silver file in `silver` of the rows of the (small) bronze file at `path`, read and
+    written again; its add action (none for no rows)."""
+    read = pq.ParquetFile(path, metadata=footer).read(
+        columns=[*schema.names[:values], "_cdc_read_at"], use_threads=False)
+    files = parquet_files.Files(silver, schema)
+    for batch in read.to_batches():
+        files.write(snapshot_image(schema, batch, pa.repeat(pa.scalar(watermark), batch.num_rows),
+                                   batch.column("_cdc_read_at")))
+    return files.close()
+
+
+def _spliced(path: str, footer: pq.FileMetaData, watermark: str, schema: pa.Schema,
+             values: int, silver: str) -> list:
+    """A silver file in `silver` of the bronze file at `path`: its source columns' chunks
+    and those of a file of silver's own columns written here; its add action."""
+    from deltalake.transaction import AddAction
+
+    read_at = _bounds(footer, "_cdc_read_at", raw=True)
+    if read_at is None or read_at[0] != read_at[1]:
+        raise parquet_splice.Unspliceable("rows read at different times")
+    own_schema = pa.schema(list(schema)[values:])
+    name = f"part-{uuid.uuid4()}.snappy.parquet"
+    own = os.path.join(silver, f".{name}.own")
+    at = pa.scalar(read_at[0], READ_AT)
+    writer = pq.ParquetWriter(own, _own_columns(own_schema, 0, watermark, at).schema,
+                              compression="snappy", use_dictionary=[
+                                  n for n in parquet_files.REPEATING if n in own_schema.names])
+    try:
+        with writer:
+            for group in range(footer.num_row_groups):
+                rows = footer.row_group(group).num_rows
+                writer.write_batch(_own_columns(own_schema, rows, watermark, at),
+                                   row_group_size=rows)
+        written = parquet_splice.splice([parquet_splice.Part(path, values),
+                                         parquet_splice.Part(own, len(own_schema))],
+                                        schema, os.path.join(silver, name))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(own)
+    return [AddAction(name, os.path.getsize(os.path.join(silver, name)), {},
+                      int(dt.datetime.now().timestamp() * 1000), True,
+                      parquet_files.Stats.of_file(schema, written).json(written))]
+
+
+def _own_columns(schema: pa.Schema, rows: int, watermark: str,
+                 read_at: pa.Scalar) -> pa.RecordBatch:
+    """Silver's own columns (`snapshot_meta`) of `rows` rows of one split's watermark and
+    read time, strings as one dictionary value repeated (a third of the time to write)."""
+    arrays = []
+    for field, values in zip(schema, snapshot_meta(schema, 1, pa.array([watermark]),
+                                                   pa.array([read_at], READ_AT))):
+        if pa.types.is_string(field.type):
+            values = pa.DictionaryArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), rows),
+                                                    values)
+        else:
+            values = pa.repeat(values[0], rows)
+        arrays.append(values)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
+        [field.with_type(a.type) for field, a in zip(schema, arrays)]))
+
+
+def snapshot_meta(schema: pa.Schema, rows: int, offset: pa.Array,
+                  read_at: pa.Array) -> list[pa.Array]:
+    """Silver's own columns of snapshot rows (`schema`: those of silver's columns): the offset
+    they are placed at (their split's watermark), `r`, when they were read
+    (snapshot_images.sql); with soft deletes, not deleted."""
+    meta = {"_cdc_offset": offset, "_cdc_op": pa.repeat(pa.scalar("r"), rows),
+            "_cdc_ts": read_at, "_cdc_deleted": pa.repeat(pa.scalar(False), rows)}
+    return [meta[field.name].cast(field.type) for field in schema]
 
 
 def snapshot_image(schema: pa.Schema, batch: pa.RecordBatch, offset: pa.Array,
                    read_at: pa.Array) -> pa.RecordBatch:
     """Snapshot rows in silver's columns (small_merge.silver_schema): the source's values
-    (the batch's first columns), then the offset they are placed at (their split's
-    watermark), `r`, and when they were read (snapshot_images.sql); with soft deletes, not
-    deleted."""
-    meta = {"_cdc_offset": offset, "_cdc_op": pa.repeat(pa.scalar("r"), batch.num_rows),
-            "_cdc_ts": read_at, "_cdc_deleted": pa.repeat(pa.scalar(False), batch.num_rows)}
+    (the batch's first columns), then silver's own (`snapshot_meta`)."""
     values = schema.get_field_index("_cdc_offset")  # the source's columns come first
     return pa.RecordBatch.from_arrays(
-        [*batch.columns[:values], *(meta[name] for name in schema.names[values:])], schema=schema)
-
-
-def agreeing(manifests: dict[str, dict | None], splits: Iterable[SplitRef],
-             columns: str) -> list[str] | None:
-    """The attempts whose files hold exactly the snapshot rows of `splits` (the window's done
-    splits as state records them), in split order; None unless every one of them has a
-    manifest with its splits, its watermark and these columns."""
-    wanted: dict[str, list[tuple[int, str]]] = {}
-    for split in sorted(splits):
-        wanted.setdefault(split.attempt, []).append((split.split_id, split.watermark))
-    for attempt, entries in wanted.items():
-        manifest = manifests.get(attempt)
-        if manifest is None or manifest["columns"] != columns or \
-                manifest["splits"] != [i for i, _ in entries] or \
-                any(w != manifest["watermark"] for _, w in entries):
-            return None
-    return list(wanted) or None
-
-
-def take(lake: Lake, name: str, splits: Iterable[SplitRef], schema: pa.Schema,
-         silver: str) -> list | None:
-    """The add actions of silver's first version as written during the snapshot, its files
-    moved into `silver` (a local directory); None when they are not all there (`agreeing`)."""
-    from deltalake.transaction import AddAction
-
-    path, splits = lake.first_version_path(name), list(splits)
-    manifests = {s.attempt: _manifest(path, s.attempt) for s in splits}
-    attempts = agreeing(manifests, splits, str(schema))
-    if attempts is None or not all(os.path.exists(os.path.join(path, a, f["path"]))
-                                   for a in attempts for f in manifests[a]["files"]):
-        return None
-    actions, now = [], int(dt.datetime.now().timestamp() * 1000)
-    try:
-        os.makedirs(silver, exist_ok=True)
-        for attempt in attempts:
-            for f in manifests[attempt]["files"]:
-                os.replace(os.path.join(path, attempt, f["path"]),
-                           os.path.join(silver, f["path"]))
-                actions.append(AddAction(f["path"], f["size"], {}, now, True, f["stats"]))
-    except OSError:  # another file system (a mount under the lake): silver is read from bronze
-        return None
-    return actions
-
-
-def _manifest(path: str, attempt: str) -> dict | None:
-    try:
-        with open(os.path.join(path, MANIFEST.format(attempt=attempt))) as found:
-            return json.load(found)
-    except (OSError, ValueError):
-        return None
+        [*batch.columns[:values],
+         *snapshot_meta(pa.schema(list(schema)[values:]), batch.num_rows, offset, read_at)],
+        schema=schema)
 
 
 def discard(lake: Lake, name: str) -> None:
-    """What was written for silver's first version, once silver exists (or is not created
-    here)."""
+    """Files earlier versions wrote during the snapshot for silver's first version
+    (`<root>/_first/<name>`), once silver exists or is not created here."""
     shutil.rmtree(lake.first_version_path(name), ignore_errors=True)

@@ -44,10 +44,10 @@ REPEATING = ("_cdc_offset", "_cdc_op", "_cdc_ts", "_cdc_split_id", "_cdc_attempt
 
 def create_table(path: str, schema: pa.Schema,
                  streams: list[Callable[[], Iterable[pa.RecordBatch]]],
-                 configuration: dict | None = None) -> None:
+                 configuration: dict | None = None) -> list:
     """Create the Delta table at local `path` holding the rows of `streams` (each opened by
     the thread that writes it, so that only as many read ahead as are written), in one
-    commit; files in the order of the streams."""
+    commit; files in the order of the streams. Returns their add actions."""
     os.makedirs(path, exist_ok=True)
     if len(streams) == 1:  # (no thread of its own: a small table's read costs one commit)
         actions = write_files(path, schema, streams[0]())
@@ -56,6 +56,7 @@ def create_table(path: str, schema: pa.Schema,
             actions = [a for written in pool.map(lambda s: write_files(path, schema, s()),
                                                  streams) for a in written]
     create_with(path, schema, actions, configuration)
+    return actions
 
 
 def create_with(path: str, schema: pa.Schema, actions: list,
@@ -136,6 +137,24 @@ class Stats:
         self.schema = schema
         self.rows = 0
         self.nulls = dict.fromkeys(schema.names, 0)
+
+    @classmethod
+    def of_file(cls, schema: pa.Schema, footer: pq.FileMetaData) -> "Stats":
+        """A file's statistics from its footer alone (a file made of other files' column
+        chunks, lake/parquet_splice.py): its rows, and the nulls of each column not nested
+        whose row groups all count them (a nested column's leaves count nulls of their own:
+        none given for it)."""
+        stats, leaf = cls(schema), 0
+        stats.rows, stats.nulls = footer.num_rows, {}
+        for field in schema:
+            index, leaf = leaf, leaf + _leaves(field.type)
+            if leaf - index != 1 or pa.types.is_nested(field.type):
+                continue
+            found = [footer.row_group(g).column(index).statistics
+                     for g in range(footer.num_row_groups)]
+            if all(f is not None and f.has_null_count for f in found):
+                stats.nulls[field.name] = sum(f.null_count for f in found)
+        return stats
 
     def add(self, batch: pa.RecordBatch) -> None:
         self.rows += batch.num_rows

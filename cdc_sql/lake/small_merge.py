@@ -11,16 +11,15 @@ and one delta-rs MERGE with the conditions of silver_merge.sql (rows of WIDE_ROW
 whose batches delta-rs cannot hold, are MERGEd under the same conditions by rewriting the files
 they touch a row group at a time: lake/file_merge.py; so are windows into a small silver,
 where that is the quicker, into a silver too large for delta-rs's MERGE, and windows past the
-budget, these in key ranges committed at once). A
-first window also creates silver here, with the snapshot rows placed at their splits'
-watermarks (snapshot_images.sql) in the creating commit, as the engine does (on a local path,
-the files lake/first_version.py
-wrote during the snapshot when they agree with state, else written in parallel from bronze by
-lake/parquet_files.py, at any size; in an object store by delta-rs, up to SNAPSHOT_BYTES); its
-changes are then merged like any window's. Everything else about the batch is unchanged: the
-window, the state commit after the MERGE, the replay of a window after a crash (the offset
-guard makes it harmless here too; a silver already created is not written again), the
-hand-change check (the commit is a MERGE on `_cdc_offset`, recognised as cdc-sql's own).
+budget, these in key ranges committed at once). A first window also creates silver here,
+with the snapshot rows placed at their splits' watermarks (snapshot_images.sql) in the
+creating commit, as the engine does (on a local path, files made of bronze's files by
+lake/first_version.py when they hold the window's rows, else written in parallel from
+bronze's rows by lake/parquet_files.py, at any size; in an object store by delta-rs, up to
+SNAPSHOT_BYTES); its changes are then merged like any window's. Everything else about the
+batch is unchanged: the window, the state commit after the MERGE, the replay of a window
+after a crash (the offset guard makes it harmless here too; a silver already created is not
+written again), the hand-change check (the commit is a MERGE on `_cdc_offset`, recognised as cdc-sql's own).
 
 Windows that need anything more go through the engine's SQL (which finds silver created, if
 this module created it): a DDL statement or TRUNCATE in the window, bronze or silver columns
@@ -235,7 +234,7 @@ def merged(lake: Lake, plan, window: Window, facts) -> bool:
     if reason is None and window.first and not lake.tables.exists(silver):
         reason = _create(lake, plan, window, silver)
     if window.first:
-        first_version.discard(lake, plan.spec.name)  # taken, or of no use now
+        first_version.discard(lake, plan.spec.name)  # what earlier versions wrote ahead
     if reason is None and plan.sources[0].qualified in facts.changes_columns:
         reason = _merge_changes(lake, plan, window, silver)
     if reason is not None:
@@ -253,10 +252,10 @@ def _create(lake: Lake, plan, window: Window, silver: str) -> str | None:
         return "a large snapshot in an object store (silver is created by the engine)"
     started = time.perf_counter()
     schema = silver_schema(plan)
-    written = first_version.take(lake, plan.spec.name, window.splits.get(source.qualified, ()),
+    written = first_version.take(lake, source, window.splits.get(source.qualified, ()),
                                  schema, silver) if lake.local else None
     if written is not None:
-        faults.point("silver.first_moved")  # files in silver's directory, not in its log
+        faults.point("silver.first_spliced")  # files in silver's directory, not in its log
         lake.tables.create_with_files(silver, schema, written, layout.properties(plan.spec))
     else:
         lake.tables.create_from_streams(silver, schema,
@@ -264,7 +263,7 @@ def _create(lake: Lake, plan, window: Window, silver: str) -> str | None:
                                         layout.properties(plan.spec))
     faults.point("silver.snapshot_written")
     log.debug("silver %s: the snapshot rows, %s, in %.3fs", plan.spec.name,
-              "written during the snapshot, committed" if written is not None else
+              "made of bronze's files" if written is not None else
               "read from bronze, written into silver as it is created",
               time.perf_counter() - started)
     return None

@@ -155,6 +155,9 @@ class SparkTables:
 
     file_rows = file_bytes
 
+    def plain_files(self, path: str) -> list[str] | None:
+        return None  # the engine's tables: not read file by file here
+
     def data_files(self, path: str, column: str) -> list[tuple[str, object, object]]:
         raise NotImplementedError("merges_here is False: nothing is merged here")
 

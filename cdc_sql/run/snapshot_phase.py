@@ -1,6 +1,5 @@
 """Phase 2 of a run: requested re-snapshots prepared, then every unfinished split read into
-bronze (and into silver's first version where it is written ahead), splits in parallel,
-recorded in batched state commits."""
+bronze, splits in parallel, recorded in batched state commits."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from cdc_sql import faults, resnapshot
-from cdc_sql.lake import bronze, first_version, tables
-from cdc_sql.lake.silver import route
+from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.silver.plan import SilverPlan, read_whole, snapshot_levels
 from cdc_sql.lake.state import Checkpoint, SplitEntry
 from cdc_sql.progress import Progress
@@ -76,24 +74,21 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
 
     tables.each(prepare, pending_tables)
     levels = snapshot_levels(plans)  # cascades set off cascades: parents first
-    firsts = route.written_ahead(run.lake, plans) if pending else {}
     rows = 0
     for level in sorted({levels.get(g.table.qualified, 0) for g in pending}):
         rows += _read_pending(run, view, [g for g in pending
                                           if levels.get(g.table.qualified, 0) == level],
-                              firsts, engine_early)
+                              engine_early)
     return rows
 
 
 def _read_pending(run: Run, view: SourceView, pending: list[SplitGroup],
-                  firsts: dict[str, list[first_version.Target]], engine_early: bool) -> int:
+                  engine_early: bool) -> int:
     if run.pipeline.source.snapshot_runner == "spark":
         return _land_as_spark_tasks(run, view, pending)
     progress = Progress("snapshot", sum(len(g.splits) for g in pending))
     with ThreadPoolExecutor(run.pipeline.source.parallelism, "split") as pool:
-        futures = [pool.submit(_read_splits, run, view, g, progress,
-                               firsts.get(g.table.qualified, []))
-                   for g in pending]
+        futures = [pool.submit(_read_splits, run, view, g, progress) for g in pending]
         start_early(run.lake, engine_early)  # while the readers wait on the source
         entries = record_as_done(run.state, futures)
     progress.finish()
@@ -126,19 +121,15 @@ def _prepare_resnapshots(run: Run, view: SourceView,
     return run.state.load(), sizes
 
 
-def _read_splits(run: Run, view: SourceView, group: SplitGroup, progress: Progress,
-                 firsts: list[first_version.Target]) -> list[SplitEntry]:
-    """A group of splits into bronze (and into silver's first version, lake/
-    first_version.py); returns their state entries."""
+def _read_splits(run: Run, view: SourceView, group: SplitGroup,
+                 progress: Progress) -> list[SplitEntry]:
+    """A group of splits into bronze; returns their state entries."""
     if run.stop.is_set():  # SIGTERM: splits not started wait for the next run
         return []
 
     def write(table, batches, attempt, offset, read_at) -> dict[int, int]:
-        with first_version.Writer(firsts, attempt, [s.split_id for s in group.splits],
-                                  offset, read_at) as first:
-            return bronze.write_splits(run.lake, table, first.tee(batches), attempt,
-                                       offset, read_at, on_batch=progress.add_rows,
-                                       create=group.creates)
+        return bronze.write_splits(run.lake, table, batches, attempt, offset, read_at,
+                                   on_batch=progress.add_rows, create=group.creates)
 
     entries = land_splits(run.pipeline.source, group, view.mariadb, write, view.base)
     progress.split_done(len(entries))

@@ -215,7 +215,7 @@ class Chaos:
         lake = Lake(None, str(self.root), None)
         made = all(DeltaTable.is_deltatable(lake.silver_path(name)) for name in TABLES)
         return [p for p in faults.POINTS if p not in ("split.written", "resnapshot.reset")
-                and not (made and p in ("silver.first_moved", "silver.snapshot_written"))]
+                and not (made and p in ("silver.first_spliced", "silver.snapshot_written"))]
 
     def _inject(self, fault: str) -> None:
         phase = self._phase()

@@ -2,7 +2,7 @@
 `cluster_by`), against MariaDB.
 
 On Spark with Delta, every path that writes silver is read back with `readChangeFeed` and its
-rows compared with what the source did: silver's first version written during the snapshot
+rows compared with what the source did: silver's first version made of bronze's files
 and the in-process delta-rs MERGE (a plain table), the engine's MERGE (a projection, with
 history), a foreign-key cascade, a TRUNCATE, a schema change and a re-snapshot's replacement;
 a run killed between a MERGE's commit and the state commit replays the window without a second

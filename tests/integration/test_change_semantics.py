@@ -65,7 +65,7 @@ def test_soft_and_skipped_deletes_through_kills_equal_the_source(mariadb, databa
     try:
         outcomes = runs_killed_at(pipeline, [  # each fault point of a batch
             p for p in faults.POINTS if not p.startswith("resnapshot.") and
-            p not in ("silver.first_moved", "split.written")])
+            p not in ("silver.first_spliced", "split.written")])
     finally:
         for writer in writers:
             writer.stop()

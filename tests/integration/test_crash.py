@@ -244,13 +244,12 @@ def test_a_kill_after_silver_is_created_in_process_then_equal(mariadb, database,
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
 
 
-@pytest.mark.local_lake  # silver's first files are written during the snapshot on a local lake
-def test_silver_written_during_the_snapshot_and_killed_before_its_commit_then_equal(
+@pytest.mark.local_lake  # silver's first files are made of bronze's on a local lake
+def test_silver_made_of_bronze_files_and_killed_before_its_commit_then_equal(
         mariadb, database, engine, make_pipeline):
-    """Silver's first version is written while the splits are read (lake/first_version.py):
-    killed once its files are in silver's directory but before the commit that creates it,
-    the next run cannot use them (files its manifests name are gone), creates silver from
-    bronze instead, and silver equals the source; the written-ahead files are cleared."""
+    """Silver's first version is made of bronze's files (lake/first_version.py): killed once
+    its files are in silver's directory but before the commit that creates it, the next run
+    makes them again and creates silver with those alone, and silver equals the source."""
     from deltalake import DeltaTable
 
     from tests.integration.test_cascades import run_killed_at
@@ -258,14 +257,14 @@ def test_silver_written_during_the_snapshot_and_killed_before_its_commit_then_eq
     mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(40), at DATETIME(6))",
                     "INSERT INTO items SELECT seq, 'v', NOW(6) FROM seq_1_to_3000", db=database)
     pipeline = make_pipeline(f"- name: items\n  source: {database}.items", chunk_size=700)
-    run_killed_at(pipeline, "silver.first_moved@1")
+    run_killed_at(pipeline, "silver.first_spliced@1")
     silver = Path(silver_path(pipeline, "items"))
-    first = Path(str(pipeline.root)) / "_first/items"
-    assert not (silver / "_delta_log").exists() and list(silver.glob("*.parquet"))
-    assert list(first.glob("*.json"))  # the manifests: their files were moved
+    killed = {p.name for p in silver.glob("*.parquet")}
+    assert not (silver / "_delta_log").exists() and killed
     mariadb.execute("UPDATE items SET v = 'after' WHERE id % 10 = 0",
                     "DELETE FROM items WHERE id % 13 = 0", db=database)
     run(pipeline, engine)
-    assert not first.exists()
-    assert DeltaTable(str(silver)).version() >= 0
+    first = DeltaTable(str(silver), version=0)
+    assert first.to_pyarrow_table().num_rows == 3000
+    assert not killed & {Path(f).name for f in first.file_uris()}  # made again, the old unused
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")

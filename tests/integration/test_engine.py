@@ -85,7 +85,7 @@ def test_a_run_that_needs_the_engine_starts_it_while_the_source_is_read(
 
 def test_a_first_window_past_the_memory_budget_without_changes_starts_no_engine(
         mariadb, database, engine, make_pipeline, monkeypatch):
-    """A big table's first run: silver is its first version, written during the snapshot, and
+    """A big table's first run: silver is its first version, made of bronze's files, and
     no change came while it was read: nothing to MERGE, no engine (its next window, past the
     budget, goes to the engine)."""
     from cdc_sql.lake import small_merge

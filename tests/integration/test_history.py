@@ -83,9 +83,9 @@ def test_history_is_the_tail_of_the_source_trail_through_kills(mariadb, database
                              chunk_size=500)
     writer = RandomWriter(mariadb, database, "items", 4000, seed=rng.randrange(2**32))
     writer.start()
-    # test_resnapshot's points are not a batch's; silver.first_moved is plain tables' only
+    # test_resnapshot's points are not a batch's; silver.first_spliced is plain tables' only
     points = kill_points([p for p in faults.POINTS
-                          if not p.startswith("resnapshot.") and p != "silver.first_moved"])
+                          if not p.startswith("resnapshot.") and p != "silver.first_spliced"])
     try:
         outcomes = runs_killed_at(pipeline, [*points, rng.choice(points)])
     finally:
@@ -137,7 +137,7 @@ def test_history_on_chosen_columns_through_kills(mariadb, database, engine, make
     writer = RandomWriter(mariadb, database, "items", 2500, seed=rng.randrange(2**32), rate=200)
     writer.start()
     points = kill_points([p for p in faults.POINTS
-                          if not p.startswith("resnapshot.") and p != "silver.first_moved"],
+                          if not p.startswith("resnapshot.") and p != "silver.first_spliced"],
                          HISTORY_POINTS)  # on the JVM: history's MERGE, staged and done
     try:
         outcomes = runs_killed_at(pipeline, [*points, "history.merged@2"])

@@ -1,123 +1,183 @@
-"""lake/first_version.py: which files written during the snapshot silver may be created with."""
+"""lake/first_version.py: silver's first version made of bronze's snapshot files, only when
+they hold exactly the window's rows, and then the rows silver gets from bronze's rows."""
 from __future__ import annotations
 
 import datetime as dt
-import types
+import decimal
+import json
+import os
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, strategies as st
+from deltalake import DeltaTable
+from hypothesis import assume, given, strategies as st
 
-from cdc_sql.lake import first_version
-from cdc_sql.planner import SplitRef
+from cdc_sql import engine as engines
+from cdc_sql.lake import bronze, first_version, parquet_splice, small_merge
+from cdc_sql.lake.first_version import BronzeFile
+from cdc_sql.lake.lake import Lake
+from cdc_sql.planner import SplitRef, Window
+from cdc_sql.source.schema import Column, SourceTable
 
-COLUMNS = "id: int64\n_cdc_offset: string"
-
-# state's (split id, attempt, watermark) of a window: consecutive splits read together
-reads = st.lists(st.tuples(st.integers(1, 4), st.sampled_from(["w1", "w2", "w3"])),
-                 min_size=1, max_size=6)
+# reads of consecutive splits: (splits, watermark, files its rows went into)
+reads = st.lists(st.tuples(st.integers(1, 4), st.sampled_from(["w1", "w2", "w3"]),
+                           st.integers(1, 3)), min_size=1, max_size=5)
 
 
-def window_splits(groups: list[tuple[int, str]]) -> list[SplitRef]:
-    splits, next_id = [], 0
-    for n, (size, watermark) in enumerate(groups):
-        splits += [SplitRef(next_id + i, f"a{n}", watermark) for i in range(size)]
+def window_and_files(groups) -> tuple[list[SplitRef], list[BronzeFile]]:
+    """State's splits of a window and bronze's files: each read's rows in files of
+    consecutive splits (a file may hold one split, or several)."""
+    splits, files, next_id = [], [], 0
+    for n, (size, watermark, parts) in enumerate(groups):
+        ids = list(range(next_id, next_id + size))
+        splits += [SplitRef(i, f"a{n}", watermark) for i in ids]
+        cuts = sorted({0, size, *range(1, size)[:parts - 1]})
+        files += [BronzeFile(f"f{n}-{low}", f"a{n}", ids[low], ids[high - 1])
+                  for low, high in zip(cuts, cuts[1:])]
         next_id += size
-    return splits
-
-
-def manifests_of(splits) -> dict[str, dict]:
-    found: dict[str, dict] = {}
-    for split in splits:
-        entry = found.setdefault(split.attempt, {"splits": [], "watermark": split.watermark,
-                                                 "columns": COLUMNS, "files": []})
-        entry["splits"].append(split.split_id)
-    return found
+    return splits, files
 
 
 @given(reads)
-def test_every_attempt_with_its_manifest_gives_the_attempts_in_split_order(groups):
-    splits = window_splits(groups)
-    assert first_version.agreeing(manifests_of(splits), reversed(splits), COLUMNS) == \
-        [f"a{n}" for n in range(len(groups))]
+def test_files_of_the_window_attempts_are_taken_each_at_its_splits_watermark(groups):
+    splits, files = window_and_files(groups)
+    found = first_version.chosen(list(reversed(files)), splits)
+    assert sorted(found) == sorted((f.name, groups[int(f.attempt[1:])][1]) for f in files)
 
 
 @given(reads, st.data())
-def test_any_disagreement_with_state_means_silver_is_created_from_bronze(groups, data):
-    splits = window_splits(groups)
-    manifests = manifests_of(splits)
-    attempt = data.draw(st.sampled_from(sorted(manifests)))
-    how = data.draw(st.sampled_from(["missing", "splits", "watermark", "columns", "stale"]))
-    if how == "missing":  # killed before the manifest was written
-        manifests[attempt] = None
-    elif how == "splits":
-        manifests[attempt]["splits"] = manifests[attempt]["splits"][1:] + [99]
-    elif how == "watermark":
-        manifests[attempt]["watermark"] = "w9"
-    elif how == "columns":  # silver's columns are not those written
-        manifests[attempt]["columns"] = COLUMNS + "\nextra: string"
-    else:  # state records another attempt of those splits than the one written
-        manifests[f"old-{attempt}"] = manifests.pop(attempt)
-    assert first_version.agreeing(manifests, splits, COLUMNS) is None
+def test_files_that_do_not_hold_exactly_the_window_mean_silver_is_written_from_rows(groups,
+                                                                                    data):
+    splits, files = window_and_files(groups)
+    how = data.draw(st.sampled_from(["attempt", "another attempt", "bounds", "split",
+                                     "state attempt", "watermarks"]))
+    at = data.draw(st.integers(0, len(files) - 1))
+    file = files[at]
+    if how == "attempt":  # rows of several attempts in one file
+        files[at] = BronzeFile(file.name, None, file.first, file.last)
+    elif how == "another attempt":  # a killed read's rows state never recorded
+        files.append(BronzeFile("old", "killed", file.first, file.last))
+    elif how == "bounds":  # a footer without statistics
+        files[at] = BronzeFile(file.name, file.attempt, None, file.last)
+    elif how == "split":  # a split state records of another attempt, or not at all
+        files[at] = BronzeFile(file.name, file.attempt, file.first, file.last + 1)
+        splits = [s for s in splits if s.split_id != file.last + 1]
+    elif how == "state attempt":  # state written before attempts were recorded
+        splits[0] = SplitRef(splits[0].split_id, None, splits[0].watermark)
+    else:  # one file, its splits at two watermarks
+        assume(len(splits) > 1)
+        files[at] = BronzeFile(file.name, file.attempt, splits[0].split_id,
+                               splits[-1].split_id)
+        if len({s.watermark for s in splits}) == 1:
+            splits[-1] = SplitRef(splits[-1].split_id, splits[-1].attempt, "w9")
+        splits = [SplitRef(s.split_id, file.attempt, s.watermark) for s in splits]
+    assert first_version.chosen(files, splits) is None
 
 
 def test_no_splits_means_nothing_to_take():
-    assert first_version.agreeing({}, [], COLUMNS) is None
+    assert first_version.chosen([], []) is None
 
 
-def test_snapshot_rows_in_silver_columns():
-    schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("_cdc_offset", pa.string()),
-                        ("_cdc_op", pa.string()),
-                        ("_cdc_ts", pa.timestamp("us", tz="UTC"))])
-    batch = pa.record_batch({"id": [1, 2], "v": ["a", None], "_cdc_split_id": [0, 0]})
-    at = dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc)
-    image = first_version.snapshot_image(
-        schema, batch, pa.array(["000001:000000000004:000000"] * 2),
-        pa.array([at, at], pa.timestamp("us", tz="UTC")))
-    assert image.schema == schema
-    assert image.to_pylist()[1] == {"id": 2, "v": None, "_cdc_offset": "000001:000000000004:000000",
-                                    "_cdc_op": "r", "_cdc_ts": at}
+SOURCE = SourceTable("db", "t", (
+    Column("id", "bigint", "bigint", 19, 0, None, None),
+    Column("v", "varchar", "varchar(40)", None, None, None, 40),
+    Column("d", "decimal", "decimal(12,2)", 12, 2, None, None),
+    Column("f", "float", "float", None, None, None, None),
+    Column("x", "double", "double", None, None, None, None),
+    Column("at", "datetime", "datetime(6)", None, None, 6, None)), ("id",))
+READ_AT = dt.datetime(2026, 11, 27, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
 
 
-def test_written_files_are_taken_whole_or_a_failed_read_leaves_none(tmp_path):
-    lake = types.SimpleNamespace(first_version_path=lambda name: f"{tmp_path}/_first/{name}")
-    schema = pa.schema([("id", pa.int64()), ("_cdc_offset", pa.string()),
-                        ("_cdc_op", pa.string()), ("_cdc_ts", pa.timestamp("us", tz="UTC"))])
-    target = first_version.Target(lake.first_version_path("t"), schema)
-    at = dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc)
-    rows = [pa.record_batch({"id": [i], "_cdc_split_id": [i]}) for i in range(3)]
-    with first_version.Writer([target], "good", [0, 1, 2], "w1", at) as writer:
-        assert [b["id"][0].as_py() for b in writer.tee(iter(rows))] == [0, 1, 2]
-    with pytest.raises(RuntimeError):  # the read broke off
-        with first_version.Writer([target], "bad", [3], "w1", at) as writer:
-            for _ in writer.tee(iter(rows)):
-                raise RuntimeError("connection lost")
-    assert not (tmp_path / "_first/t/bad").exists()
-    assert not (tmp_path / "_first/t/bad.json").exists()
-    with first_version.Writer([target], "gtid", [4], "", at) as writer:  # no watermark yet
-        list(writer.tee(iter(rows)))
-    assert not (tmp_path / "_first/t/gtid.json").exists()
-
-    silver = str(tmp_path / "silver")
-    assert first_version.take(lake, "t", [SplitRef(0, "good", "w1"), SplitRef(3, "bad", "w1")], schema,
-                              silver) is None
-    actions = first_version.take(lake, "t", [SplitRef(i, "good", "w1") for i in range(3)], schema,
-                                 silver)
-    assert len(actions) == 1 and '"numRecords": 3' in actions[0].stats
-    assert pq.read_table(f"{silver}/{actions[0].path}").to_pylist()[2] == {
-        "id": 2, "_cdc_offset": "w1", "_cdc_op": "r", "_cdc_ts": at}
+def source_rows(low: int, rows: int, split: int) -> pa.RecordBatch:
+    schema = SOURCE.arrow_schema
+    ids = range(low, low + rows)
+    values = {"id": list(ids), "v": [None if i % 5 == 0 else f"v{i}" for i in ids],
+              "d": [None if i % 7 == 0 else decimal.Decimal(i) / 100 for i in ids],
+              "f": [float("nan") if i % 11 == 0 else i / 3 for i in ids],
+              "x": [-0.0 if i % 13 == 0 else i / 7 for i in ids],
+              "at": [dt.datetime(2026, 1, 1) + dt.timedelta(microseconds=i) for i in ids]}
+    return pa.record_batch([*(pa.array(values[f.name], f.type) for f in schema),
+                            pa.array([split] * rows, pa.int32())],
+                           names=[*schema.names, "_cdc_split_id"])
 
 
-def test_a_failure_to_write_ahead_leaves_the_read_going_and_nothing_to_take(tmp_path, caplog):
-    lake = types.SimpleNamespace(first_version_path=lambda name: f"{tmp_path}/_first/{name}")
-    wrong = pa.schema([("id", pa.struct([("x", pa.int64())])),  # no cast from the rows' type
-                       ("_cdc_offset", pa.string()),
-                       ("_cdc_op", pa.string()), ("_cdc_ts", pa.timestamp("us", tz="UTC"))])
-    target = first_version.Target(lake.first_version_path("t"), wrong)
-    rows = [pa.record_batch({"id": [i], "_cdc_split_id": [0]}) for i in range(3)]
-    with first_version.Writer([target], "a", [0], "w1", dt.datetime.now(dt.timezone.utc)) as w:
-        assert len(list(w.tee(iter(rows)))) == 3  # bronze gets every batch
-    assert "will be read from bronze" in caplog.text
-    assert not (tmp_path / "_first/t/a").exists() and not (tmp_path / "_first/t/a.json").exists()
-    assert first_version.take(lake, "t", [SplitRef(0, "a", "w1")], wrong, str(tmp_path / "s")) is None
+def silver_schema() -> pa.Schema:
+    return pa.schema([*SOURCE.arrow_schema, ("_cdc_offset", pa.string()),
+                      ("_cdc_op", pa.string()), ("_cdc_ts", pa.timestamp("us", tz="UTC"))])
+
+
+def bronze_of_two_reads(tmp_path) -> tuple[Lake, list[SplitRef]]:
+    """Bronze holding two reads: splits 0-1 (attempt a, one file) and 2-4 (attempt b)."""
+    lake = Lake.open(engines.start("sail"), str(tmp_path))  # the engine is never started
+    bronze.write_splits(lake, SOURCE, [source_rows(0, 300, 0), source_rows(300, 200, 1)],
+                        "a", "000001:000000000100:000000", READ_AT, create=True)
+    bronze.write_splits(lake, SOURCE, [source_rows(500, 100, s) for s in (2, 3, 4)],
+                        "b", "000001:000000000200:000000", READ_AT + dt.timedelta(seconds=1))
+    return lake, [SplitRef(0, "a", "000001:000000000100:000000"),
+                  SplitRef(1, "a", "000001:000000000100:000000"),
+                  *(SplitRef(s, "b", "000001:000000000200:000000") for s in (2, 3, 4))]
+
+
+def silver_rows(path: str) -> pa.Table:
+    table = DeltaTable(path).to_pyarrow_table()
+    return table.sort_by("id")
+
+
+@pytest.mark.parametrize("splice_bytes", [0, 2**40], ids=["spliced", "rewritten"])
+def test_silver_made_of_bronze_files_holds_the_rows_written_from_bronze_rows(
+        tmp_path, monkeypatch, splice_bytes):
+    """The same rows, values bit for bit (NaN, -0.0, NULLs, decimals), and the same file
+    statistics, as silver written from bronze's rows read back (snapshot_rows), whether
+    bronze's files are spliced or (small ones) read and written again."""
+    monkeypatch.setattr(first_version, "SPLICE_BYTES", splice_bytes)
+    lake, splits = bronze_of_two_reads(tmp_path)
+    schema, made, written = silver_schema(), str(tmp_path / "made"), str(tmp_path / "written")
+    actions = first_version.take(lake, SOURCE, splits, schema, made)
+    assert actions is not None and len(actions) == 2
+    lake.tables.create_with_files(made, schema, actions)
+    window = Window("", "000001:000000000300:000000", {SOURCE.qualified: tuple(splits)},
+                    first=True)
+    lake.tables.create_from_streams(written, schema,
+                                    small_merge.snapshot_rows(lake, SOURCE, window, schema))
+    a, b = silver_rows(made), silver_rows(written)
+    assert a.schema == b.schema and a.num_rows == 800
+    for name in a.column_names:  # bit for bit: floats compared as their bits
+        x, y = a.column(name), b.column(name)
+        if pa.types.is_floating(x.type):
+            width = pa.int32() if x.type == pa.float32() else pa.int64()
+            x, y = (pa.chunked_array([c.view(width) for c in z.chunks], width) for z in (x, y))
+        assert x.equals(y), name
+
+    def stats(path: str) -> list:  # as the creating commit has them
+        with open(os.path.join(path, "_delta_log", f"{0:020d}.json")) as log:
+            adds = [json.loads(line)["add"] for line in log if '"add"' in line]
+        return sorted((json.loads(a["stats"], parse_float=decimal.Decimal) for a in adds),
+                      key=lambda s: s["minValues"]["id"])
+
+    assert stats(made) == stats(written)
+
+
+@pytest.mark.parametrize("how", ["a column bronze lacks", "a killed read's rows", "no splits",
+                                 "a splice refused"])
+def test_bronze_files_that_cannot_be_taken_leave_nothing_behind(tmp_path, monkeypatch, how):
+    monkeypatch.setattr(first_version, "SPLICE_BYTES", 0)
+    lake, splits = bronze_of_two_reads(tmp_path)
+    schema, made = silver_schema(), str(tmp_path / "made")
+    if how == "a column bronze lacks":  # the source gained a column after the snapshot
+        schema = pa.schema([*list(schema)[:6], ("n", pa.int32()), *list(schema)[6:]])
+    elif how == "a killed read's rows":
+        splits = splits[:2]  # b's rows are in bronze, state does not record them
+    elif how == "no splits":
+        splits = []
+    else:  # the second file refused, once the first is made
+        real, calls = parquet_splice.splice, []
+
+        def refuse_second(*args):
+            calls.append(1)
+            if len(calls) > 1:
+                raise parquet_splice.Unspliceable("refused")
+            return real(*args)
+
+        monkeypatch.setattr(parquet_splice, "splice", refuse_second)
+    assert first_version.take(lake, SOURCE, splits, schema, made) is None
+    assert not os.path.exists(made) or not os.listdir(made)

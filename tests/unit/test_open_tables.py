@@ -166,6 +166,30 @@ def test_a_table_made_here_is_opened_once_at_its_first_use(tmp_path, monkeypatch
     assert opened == [1] and calls == []
 
 
+def test_the_files_of_a_table_made_here_with_its_rows_are_known_without_opening_it(
+        tmp_path, monkeypatch):
+    """A first run creates each small table's bronze with its rows and then reads its files
+    (lake/first_version.py): while the table is at that first version, they are the files
+    it was made with; after another commit, or made again by another writer, it is opened."""
+    path = str(tmp_path / "t")
+    tables = DeltaRsTables()
+    tables.create_from_streams(path, rows().schema, [lambda: rows(1, 2).to_batches()])
+    opened = []
+    real = DeltaTable.__init__
+    monkeypatch.setattr(DeltaTable, "__init__",
+                        lambda self, *a, **k: opened.append(1) or real(self, *a, **k))
+    made = tables.plain_files(path)
+    assert opened == [] and made == [os.path.basename(f) for f in
+                                     DeltaTable(path).file_uris()]
+    write_deltalake(path, rows(3), mode="append")  # another writer's commit
+    opened.clear()
+    assert len(tables.plain_files(path)) == 2 and opened == [1]
+    shutil.rmtree(path)
+    write_deltalake(path, rows(7))  # made again: version 0 again, other files
+    assert tables.plain_files(path) == [os.path.basename(f) for f in
+                                        DeltaTable(path).file_uris()] != made
+
+
 def test_a_table_made_with_a_timestamp_without_time_zone_declares_the_feature(tmp_path):
     """Readers (Sail, Spark) require the timestampNtz feature of a table with such a column."""
     import datetime

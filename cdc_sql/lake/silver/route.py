@@ -4,9 +4,9 @@
 - the engine's SQL (steps.py, run by execute.py): the reference path, for every window;
 - delta-rs in this process (lake/small_merge.py): a window of a table silver holds as it is,
   with nothing the engine's SQL alone handles (see small_merge's docstring);
-- written ahead: a plain table's first window on a local lake, whose snapshot rows went into
-  silver's files while they were read (lake/first_version.py); its changes then merge in this
-  process.
+- made of bronze's files: a plain table's first window on a local lake, silver's first version
+  made of bronze's snapshot files' column chunks (lake/first_version.py); its changes then merge
+  in this process.
 Whether a window fits in memory, and whether delta-rs can write silver's protocol, are only
 known from the files: small_merge.merged finds out, and hands the window back to the engine.
 """
@@ -17,7 +17,7 @@ from enum import Enum
 
 from cdc_sql import engine
 from cdc_sql.config import layout
-from cdc_sql.lake import first_version, small_merge
+from cdc_sql.lake import small_merge
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import SilverPlan
@@ -28,7 +28,7 @@ from cdc_sql.planner import Window
 class Way(Enum):
     ENGINE_SQL = "through the engine's SQL"
     IN_PROCESS = "merged in this process by delta-rs"
-    WRITTEN_AHEAD = "silver's first version written during the snapshot, changes by delta-rs"
+    FROM_BRONZE_FILES = "silver's first version made of bronze's files, changes by delta-rs"
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ def route(plan: SilverPlan, window: Window | None, lake: Lake, facts: Facts | No
     if window is None:
         return Route(Way.IN_PROCESS, IN_PROCESS_RULE)
     if window.first and lake.local:
-        return Route(Way.WRITTEN_AHEAD, "a plain table's first window on a local path: the "
-                     "files written during the snapshot when they agree with state", cluster)
+        return Route(Way.FROM_BRONZE_FILES, "a plain table's first window on a local path: "
+                     "bronze's files' column chunks, when they hold the window's rows", cluster)
     return Route(Way.IN_PROCESS, "a plain table, the window holds what delta-rs merges", cluster)
 
 
@@ -103,18 +103,3 @@ def engine_wanted(lake: Lake, plans: list[SilverPlan]) -> bool:
     worth starting while the source is read. Otherwise it starts on first use, if ever: a run
     of plain tables on a local path seldom needs it (a window past the memory budget, a DDL)."""
     return any(not lake.local or not route(plan, None, lake).in_process for plan in plans)
-
-
-def written_ahead(lake: Lake, plans: list[SilverPlan]) -> dict[str, list[first_version.Target]]:
-    """Per source table (qualified name), the silver tables whose first version is written
-    during the snapshot (lake/first_version.py): those this module will create, not there yet."""
-    found: dict[str, list[first_version.Target]] = {}
-    if not lake.local:
-        return found
-    for plan in plans:
-        silver = lake.silver_path(plan.spec.name)
-        if route(plan, None, lake).in_process and \
-                lake.tables.merges_here(silver) and not lake.tables.exists(silver):
-            found.setdefault(plan.sources[0].qualified, []).append(first_version.Target(
-                lake.first_version_path(plan.spec.name), small_merge.silver_schema(plan)))
-    return found
