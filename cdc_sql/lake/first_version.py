@@ -179,18 +179,20 @@ def _spliced(path: str, footer: pq.FileMetaData, watermark: str, schema: pa.Sche
     name = f"part-{uuid.uuid4()}.snappy.parquet"
     own = os.path.join(silver, f".{name}.own")
     at = pa.scalar(read_at[0], READ_AT)
+    rows = [footer.row_group(g).num_rows for g in range(footer.num_row_groups)]
+    sizes = list(dict.fromkeys(rows))  # a row group of silver's own columns per size
     writer = pq.ParquetWriter(own, _own_columns(own_schema, 0, watermark, at).schema,
                               compression="snappy", use_dictionary=[
                                   n for n in parquet_files.REPEATING if n in own_schema.names])
     try:
         with writer:
-            for group in range(footer.num_row_groups):
-                rows = footer.row_group(group).num_rows
-                writer.write_batch(_own_columns(own_schema, rows, watermark, at),
-                                   row_group_size=rows)
-        written = parquet_splice.splice([parquet_splice.Part(path, values),
-                                         parquet_splice.Part(own, len(own_schema))],
-                                        schema, os.path.join(silver, name))
+            for size in sizes:
+                writer.write_batch(_own_columns(own_schema, size, watermark, at),
+                                   row_group_size=size)
+        written = parquet_splice.splice(
+            [parquet_splice.Part(path, values),
+             parquet_splice.Part(own, len(own_schema), tuple(sizes.index(r) for r in rows))],
+            schema, os.path.join(silver, name))
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(own)

@@ -6,13 +6,15 @@ values) next to those of a small file of silver's columns (one value repeated pe
 under a footer that names silver's columns. Encoding the rows a second time cost a snapshot
 a tenth of its CPU (docs/performance.md).
 
-`splice(parts, schema, out)`: each part a file and how many of its leading columns to take,
-the parts' row groups of equal rows, in order; `schema` the Arrow schema of the columns taken,
-in that order. The footer is the one pyarrow writes for `schema` (its Parquet schema, the
-Arrow schema it stores, column orders) with the parts' row groups, each chunk's offsets moved
-to where its bytes now stand. Page indexes and Bloom filters are not carried over (pyarrow
-writes neither by default); an encrypted file, or a chunk whose column is not the one the
-schema puts there, is refused (`Unspliceable`), and the caller writes the rows itself.
+`splice(parts, schema, out)`: each part a file, how many of its leading columns to take and
+which of its row groups makes each row group of `out` (by default each in turn: a file of
+one value repeated needs a row group per size, not per group), the row groups so made of
+equal rows; `schema` the Arrow schema of the columns taken, in that order. The footer is the
+one pyarrow writes for `schema` (its Parquet schema, the Arrow schema it stores, column
+orders) with the parts' row groups, each chunk's offsets moved to where its bytes now stand.
+Page indexes and Bloom filters are not carried over (pyarrow writes neither by default); an
+encrypted file, or parts whose columns are not the schema's as Parquet has them, are refused
+(`Unspliceable`), and the caller writes the rows itself.
 
 The footer is Thrift's compact protocol (parquet.thrift): read here into fields as they are
 (`_read_struct`), a few changed, written back (`_write_struct`).
@@ -52,6 +54,7 @@ class Unspliceable(Exception):
 class Part:
     path: str
     columns: int  # its leading top-level columns taken
+    groups: tuple[int, ...] | None = None  # its row group for each of out's; None: in turn
 
 
 def splice(parts: list[Part], schema: pa.Schema, out: str) -> pq.FileMetaData:
@@ -67,7 +70,10 @@ def splice(parts: list[Part], schema: pa.Schema, out: str) -> pq.FileMetaData:
 
 def _splice(parts: list[Part], schema: pa.Schema, out: str) -> pq.FileMetaData:
     footers = [_footer(part.path) for part in parts]
-    groups = [_field(f, FILE_GROUPS)[1] for f in footers]
+    groups = []  # of each part, its row group for each of out's
+    for part, footer in zip(parts, footers):
+        found = _field(footer, FILE_GROUPS)[1]
+        groups.append([found[i] for i in part.groups] if part.groups is not None else found)
     if len({len(g) for g in groups}) != 1 or \
             any(len({_field(g[i], GROUP_ROWS) for g in groups}) != 1 for i in range(len(groups[0]))):
         raise Unspliceable("the parts' row groups differ")
@@ -133,11 +139,11 @@ def _copy_chunk(chunk: list, source, out) -> list:
     start, length = _chunk_start(meta), _field(meta, META_COMPRESSED)
     moved = out.tell() - start
     _copy_range(source, out, start, length)
-    meta = [f for f in meta if f[0] not in META_BLOOM]
-    for fid in (META_DATA_PAGE, META_INDEX_PAGE, META_DICTIONARY_PAGE):
+    meta = [list(f) for f in meta if f[0] not in META_BLOOM]  # (copies: a chunk may be taken
+    for fid in (META_DATA_PAGE, META_INDEX_PAGE, META_DICTIONARY_PAGE):  # more than once)
         if _field(meta, fid) is not None:
             _set(meta, fid, _I64, _field(meta, fid) + moved)
-    chunk = [f for f in chunk if f[0] not in CHUNK_INDEXES]
+    chunk = [list(f) for f in chunk if f[0] not in CHUNK_INDEXES]
     _set(chunk, CHUNK_META, _STRUCT, meta)
     if _field(chunk, CHUNK_FILE_OFFSET):
         _set(chunk, CHUNK_FILE_OFFSET, _I64, _field(chunk, CHUNK_FILE_OFFSET) + moved)

@@ -19,7 +19,8 @@ bronze's rows by lake/parquet_files.py, at any size; in an object store by delta
 SNAPSHOT_BYTES); its changes are then merged like any window's. Everything else about the
 batch is unchanged: the window, the state commit after the MERGE, the replay of a window
 after a crash (the offset guard makes it harmless here too; a silver already created is not
-written again), the hand-change check (the commit is a MERGE on `_cdc_offset`, recognised as cdc-sql's own).
+written again), the hand-change check (the commit is a MERGE on `_cdc_offset`, recognised
+as cdc-sql's own).
 
 Windows that need anything more go through the engine's SQL (which finds silver created, if
 this module created it): a DDL statement or TRUNCATE in the window, bronze or silver columns

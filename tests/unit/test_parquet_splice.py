@@ -92,17 +92,23 @@ def own_columns(rows: int) -> pa.Table:
 @given(tables(), st.data())
 def test_a_spliced_file_holds_the_columns_taken_exactly(tmp_path_factory, drawn, data):
     """A file's leading columns (the rest left behind, as bronze's own are) beside another
-    file's columns of the same row groups: pyarrow and delta-rs read what was written."""
+    file's columns of the same row groups, or of a row group per size (each taken as often
+    as its size comes): pyarrow and delta-rs read what was written."""
     table, groups = drawn
     tmp = tmp_path_factory.mktemp("splice")
     taken = data.draw(st.integers(1, table.num_columns))
     write(tmp / "a.parquet", table, groups,
           use_dictionary=data.draw(st.sampled_from([True, False, [table.column_names[0]]])))
     own = own_columns(table.num_rows)
-    write(tmp / "b.parquet", own, groups, use_dictionary=["_cdc_offset", "_cdc_op"])
+    sizes, picks = groups, None
+    if data.draw(st.booleans()):  # a row group per size
+        sizes = list(dict.fromkeys(groups))
+        picks = tuple(sizes.index(rows) for rows in groups)
+    write(tmp / "b.parquet", own_columns(sum(sizes)), sizes,
+          use_dictionary=["_cdc_offset", "_cdc_op"])
     schema = pa.schema([*list(table.schema)[:taken], *own.schema])
     footer = parquet_splice.splice([Part(str(tmp / "a.parquet"), taken),
-                                    Part(str(tmp / "b.parquet"), 2)],
+                                    Part(str(tmp / "b.parquet"), 2, picks)],
                                    schema, str(tmp / "out.parquet"))
     expected = pa.Table.from_arrays([*table.columns[:taken], *own.columns], schema=schema)
     read = pq.read_table(tmp / "out.parquet")
@@ -198,3 +204,17 @@ def test_nothing_is_left_where_a_splice_fails_half_way(tmp_path, monkeypatch):
                               pa.schema([*table.schema, *own_columns(0).schema]),
                               str(tmp_path / "out.parquet"))
     assert len(calls) == 2 and not (tmp_path / "out.parquet").exists()
+
+
+def test_a_row_group_taken_more_than_once_is_copied_each_time(tmp_path):
+    """Silver's own columns are one value repeated: a row group of each size is written and
+    taken for every row group of that size."""
+    table = pa.table({"id": pa.array(range(10), pa.int64())})
+    write(tmp_path / "a.parquet", table, [3, 3, 3, 1])
+    write(tmp_path / "b.parquet", own_columns(4), [3, 1], use_dictionary=["_cdc_offset"])
+    schema = pa.schema([*table.schema, *own_columns(0).schema])
+    parquet_splice.splice([Part(str(tmp_path / "a.parquet"), 1),
+                           Part(str(tmp_path / "b.parquet"), 2, (0, 0, 0, 1))],
+                          schema, str(tmp_path / "out.parquet"))
+    assert pq.read_table(tmp_path / "out.parquet").equals(
+        pa.Table.from_arrays([*table.columns, *own_columns(10).columns], schema=schema))
