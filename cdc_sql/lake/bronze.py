@@ -94,9 +94,9 @@ def tag_split_rows(table: SourceTable, batches: Iterable[pa.RecordBatch], attemp
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def ensure_snapshot_table(lake: Lake, table: SourceTable) -> bool:
-    """Whether the table was created (empty) now."""
-    return lake.tables.create_arrow_table(lake.snapshot_path(table.db, table.name),
+def ensure_snapshot_table(lake: Lake, table: SourceTable) -> None:
+    """The source table's snapshot table, created empty if it is not there."""
+    lake.tables.create_arrow_table(lake.snapshot_path(table.db, table.name),
                                           snapshot_schema(table), LOG_TABLE)
 
 

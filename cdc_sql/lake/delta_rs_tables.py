@@ -49,19 +49,16 @@ class DeltaRsWrites:
     clustering, merging (through its open tables, `_table`)."""
 
     def create_arrow_table(self, path: str, schema: pa.Schema,
-                           properties: dict | None = None) -> bool:
+                           properties: dict | None = None) -> None:
         """An empty table (TIMESTAMP_NTZ columns declare their feature), opened at its first
         use: a first run makes a changes table for each source table, most of which it never
-        writes (half the cost of `DeltaTable.create`, which opens the table it made); False
-        when it was there."""
+        writes (half the cost of `DeltaTable.create`, which opens the table it made); a table
+        there is left as it is (delta-rs's own check: no request of ours besides)."""
         from deltalake import Schema
         from deltalake.transaction import create_table_with_add_actions
 
-        if self.exists(path):
-            return False
         create_table_with_add_actions(str(path), Schema.from_arrow(schema), [], mode="ignore",
                                       configuration=_configuration(schema, properties))
-        return True
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:

@@ -59,12 +59,10 @@ class SparkTables:
         return to_arrow_schema(self.engine.read(path).schema)
 
     def create_arrow_table(self, path: str, schema: pa.Schema,
-                           properties: dict | None = None) -> bool:
-        if self.exists(path):
-            return False
-        self.engine.append(self.spark.createDataFrame([], spark_schema(schema)), path,
-                           properties)
-        return True
+                           properties: dict | None = None) -> None:
+        if not self.exists(path):
+            self.engine.append(self.spark.createDataFrame([], spark_schema(schema)), path,
+                               properties)
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
