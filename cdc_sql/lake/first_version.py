@@ -12,7 +12,12 @@ silver's footer (lake/parquet_splice.py): bytes copied, nothing decoded.
 `take` gives those files' add actions, or None when bronze's files do not hold exactly the
 window's rows file by file (`chosen`, pure) or cannot be spliced as they are (files another
 writer made, columns bronze's files lack): silver is then written from bronze's rows, read and
-encoded (small_merge.snapshot_rows). Bronze's files are only read.
+encoded (small_merge.snapshot_rows). Bronze's files are only read. A splice copies the
+file's bytes: after a snapshot of 100M rows, 6 s. So the snapshot splices each read's big
+files as soon as bronze holds them (`splice_ahead`, into `<root>/_first/<silver name>/`,
+each under its bronze file's name), and `take` moves in those that hold what it would make
+(silver's columns, the bronze file's rows, the window's watermark), making the others.
+`_first/<silver name>` is removed once silver exists.
 """
 from __future__ import annotations
 
@@ -79,10 +84,11 @@ def chosen(files: Iterable[BronzeFile], splits: Iterable[SplitRef]) -> list[tupl
     return found
 
 
-def take(lake: Lake, source, splits: Iterable[SplitRef], schema: pa.Schema,
-         silver: str) -> list | None:
+def take(lake: Lake, source, splits: Iterable[SplitRef], schema: pa.Schema, silver: str,
+         ahead: str | None = None) -> list | None:
     """The add actions of silver's first version, its files made in `silver` (a local
-    directory) from bronze's; None when they cannot be (module docstring)."""
+    directory) from bronze's, or moved there from `ahead` where `splice_ahead` made them
+    during the snapshot; None when they cannot be (module docstring)."""
     bronze = lake.snapshot_path(source.db, source.name)
     names = lake.tables.plain_files(bronze)
     if names is None:
@@ -100,6 +106,12 @@ def take(lake: Lake, source, splits: Iterable[SplitRef], schema: pa.Schema,
 
         def silver_files(file: tuple[str, str]) -> list:
             path, footer = os.path.join(bronze, file[0]), footers[file[0]]
+            if ahead is not None:
+                found = _made_ahead(os.path.join(ahead, file[0]), footer, file[1], schema,
+                                    silver)
+                if found is not None:
+                    made.extend(a.path for a in found)
+                    return found
             way = _spliced if os.path.getsize(path) >= SPLICE_BYTES else _rewritten
             actions = way(path, footer, file[1], schema, values, silver)
             made.extend(a.path for a in actions)
@@ -116,6 +128,62 @@ def take(lake: Lake, source, splits: Iterable[SplitRef], schema: pa.Schema,
         for name in made:
             os.remove(os.path.join(silver, name))
         return None
+
+
+@dataclass(frozen=True)
+class Target:
+    """A silver table whose first version may be made of a source table's bronze files."""
+
+    ahead: str          # where its files are made during the snapshot: <root>/_first/<name>
+    schema: pa.Schema   # silver's columns (small_merge.silver_schema)
+
+
+def splice_ahead(lake: Lake, source, attempt: str, watermark: str,
+                 targets: list[Target]) -> None:
+    """During the snapshot, once a read's rows are in bronze: its bronze files past
+    SPLICE_BYTES (those of `attempt`) spliced for each target into `target.ahead`, each under
+    its bronze file's name (written aside, then renamed: whole or absent), so that the copy
+    shares the snapshot's time instead of following it (100M rows: 6 s after it). `take`
+    moves them into silver when they hold what it would make (`_made_ahead`); whatever fails
+    here is left to it."""
+    bronze = lake.snapshot_path(source.db, source.name)
+    try:
+        for name in lake.tables.plain_files(bronze) or []:
+            path = os.path.join(bronze, name)
+            wanted = [t for t in targets if not os.path.exists(os.path.join(t.ahead, name))]
+            if not wanted or os.path.getsize(path) < SPLICE_BYTES:
+                continue
+            footer = pq.read_metadata(path)
+            if _described(name, footer).attempt != attempt:
+                continue  # another read's
+            for target in wanted:
+                values = target.schema.get_field_index("_cdc_offset")
+                if _holds_columns(footer, target.schema, values):
+                    os.makedirs(target.ahead, exist_ok=True)
+                    out = os.path.join(target.ahead, name)
+                    _splice_file(path, footer, watermark, target.schema, values, out + ".part")
+                    os.replace(out + ".part", out)
+    except (OSError, pa.ArrowException, parquet_splice.Unspliceable) as exc:
+        log.debug("bronze files of %s not spliced during the snapshot (%s)", source.qualified,
+                  exc)
+
+
+def _made_ahead(path: str, footer: pq.FileMetaData, watermark: str, schema: pa.Schema,
+                silver: str) -> list | None:
+    """The file `splice_ahead` made at `path` of the bronze file of `footer`, moved into
+    `silver`, when it holds what a splice would make now: silver's columns, the bronze
+    file's rows, all at `watermark`; its add action. None when it is not there or not so."""
+    try:
+        found = pq.read_metadata(path)
+    except (OSError, pa.ArrowException):
+        return None
+    if not found.schema.to_arrow_schema().equals(schema) or \
+            found.num_rows != footer.num_rows or \
+            _bounds(found, "_cdc_offset") != (watermark, watermark):
+        return None
+    name = os.path.basename(path)
+    os.replace(path, os.path.join(silver, name))
+    return [_action(silver, name, schema, found)]
 
 
 def _holds_columns(footer: pq.FileMetaData, schema: pa.Schema, values: int) -> bool:
@@ -168,16 +236,31 @@ def _rewritten(path: str, footer: pq.FileMetaData, watermark: str, schema: pa.Sc
 
 def _spliced(path: str, footer: pq.FileMetaData, watermark: str, schema: pa.Schema,
              values: int, silver: str) -> list:
-    """A silver file in `silver` of the bronze file at `path`: its source columns' chunks
-    and those of a file of silver's own columns written here; its add action."""
+    """A silver file in `silver` of the bronze file at `path` (`_splice_file`); its add
+    action."""
+    name = f"part-{uuid.uuid4()}.snappy.parquet"
+    return [_action(silver, name, schema,
+                    _splice_file(path, footer, watermark, schema, values,
+                                 os.path.join(silver, name)))]
+
+
+def _action(silver: str, name: str, schema: pa.Schema, footer: pq.FileMetaData):
     from deltalake.transaction import AddAction
 
+    return AddAction(name, os.path.getsize(os.path.join(silver, name)), {},
+                     int(dt.datetime.now().timestamp() * 1000), True,
+                     parquet_files.Stats.of_file(schema, footer).json(footer))
+
+
+def _splice_file(path: str, footer: pq.FileMetaData, watermark: str, schema: pa.Schema,
+                 values: int, out: str) -> pq.FileMetaData:
+    """`out`: the bronze file at `path`'s source columns' chunks and those of a file of
+    silver's own columns written here beside it; its footer."""
     read_at = _bounds(footer, "_cdc_read_at", raw=True)
     if read_at is None or read_at[0] != read_at[1]:
         raise parquet_splice.Unspliceable("rows read at different times")
     own_schema = pa.schema(list(schema)[values:])
-    name = f"part-{uuid.uuid4()}.snappy.parquet"
-    own = os.path.join(silver, f".{name}.own")
+    own = f"{out}.own"
     at = pa.scalar(read_at[0], READ_AT)
     rows = [footer.row_group(g).num_rows for g in range(footer.num_row_groups)]
     sizes = list(dict.fromkeys(rows))  # a row group of silver's own columns per size
@@ -189,16 +272,13 @@ def _spliced(path: str, footer: pq.FileMetaData, watermark: str, schema: pa.Sche
             for size in sizes:
                 writer.write_batch(_own_columns(own_schema, size, watermark, at),
                                    row_group_size=size)
-        written = parquet_splice.splice(
+        return parquet_splice.splice(
             [parquet_splice.Part(path, values),
              parquet_splice.Part(own, len(own_schema), tuple(sizes.index(r) for r in rows))],
-            schema, os.path.join(silver, name))
+            schema, out)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(own)
-    return [AddAction(name, os.path.getsize(os.path.join(silver, name)), {},
-                      int(dt.datetime.now().timestamp() * 1000), True,
-                      parquet_files.Stats.of_file(schema, written).json(written))]
 
 
 def _own_columns(schema: pa.Schema, rows: int, watermark: str,
@@ -240,6 +320,6 @@ def snapshot_image(schema: pa.Schema, batch: pa.RecordBatch, offset: pa.Array,
 
 
 def discard(lake: Lake, name: str) -> None:
-    """Files earlier versions wrote during the snapshot for silver's first version
-    (`<root>/_first/<name>`), once silver exists or is not created here."""
+    """Files spliced during the snapshot for silver's first version (`<root>/_first/<name>`),
+    once silver exists or is not created here."""
     shutil.rmtree(lake.first_version_path(name), ignore_errors=True)

@@ -6,8 +6,8 @@ every table lives under the root (docs/architecture.md, "Layout").
     <root>/bronze/_binlog                  DDL and TRUNCATE statements of the captured tables
     <root>/silver/<name>, <name>_history   what users read
     <root>/_staging/<name>                 a batch's last change per key, before its MERGE
-    <root>/_first/<name>                   what earlier versions wrote of silver's first files
-                                           during the snapshot (removed once silver exists)
+    <root>/_first/<name>                   silver's first files spliced during the snapshot
+                                           (removed once silver exists)
     <root>/_state/checkpoint               the checkpoint (lake/state.py)
 
 Source names become path components through `path_name`: letters, digits and `_` stay, every

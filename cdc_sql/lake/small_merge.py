@@ -235,7 +235,7 @@ def merged(lake: Lake, plan, window: Window, facts) -> bool:
     if reason is None and window.first and not lake.tables.exists(silver):
         reason = _create(lake, plan, window, silver)
     if window.first:
-        first_version.discard(lake, plan.spec.name)  # what earlier versions wrote ahead
+        first_version.discard(lake, plan.spec.name)  # spliced ahead, not taken
     if reason is None and plan.sources[0].qualified in facts.changes_columns:
         reason = _merge_changes(lake, plan, window, silver)
     if reason is not None:
@@ -254,7 +254,8 @@ def _create(lake: Lake, plan, window: Window, silver: str) -> str | None:
     started = time.perf_counter()
     schema = silver_schema(plan)
     written = first_version.take(lake, source, window.splits.get(source.qualified, ()),
-                                 schema, silver) if lake.local else None
+                                 schema, silver, lake.first_version_path(plan.spec.name)) \
+        if lake.local else None
     if written is not None:
         faults.point("silver.first_spliced")  # files in silver's directory, not in its log
         lake.tables.create_with_files(silver, schema, written, layout.properties(plan.spec))

@@ -8,7 +8,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from cdc_sql import faults, resnapshot
-from cdc_sql.lake import bronze, tables
+from cdc_sql.lake import bronze, first_version, tables
+from cdc_sql.lake.silver import route
 from cdc_sql.lake.silver.plan import SilverPlan, read_whole, snapshot_levels
 from cdc_sql.lake.state import Checkpoint, SplitEntry
 from cdc_sql.progress import Progress
@@ -74,21 +75,23 @@ def snapshot(run: Run, view: SourceView, plans: list[SilverPlan], engine_early: 
 
     tables.each(prepare, pending_tables)
     levels = snapshot_levels(plans)  # cascades set off cascades: parents first
+    targets = route.made_of_bronze(run.lake, plans) if pending else {}
     rows = 0
     for level in sorted({levels.get(g.table.qualified, 0) for g in pending}):
         rows += _read_pending(run, view, [g for g in pending
                                           if levels.get(g.table.qualified, 0) == level],
-                              engine_early)
+                              targets, engine_early)
     return rows
 
 
 def _read_pending(run: Run, view: SourceView, pending: list[SplitGroup],
-                  engine_early: bool) -> int:
+                  targets: dict[str, list[first_version.Target]], engine_early: bool) -> int:
     if run.pipeline.source.snapshot_runner == "spark":
         return _land_as_spark_tasks(run, view, pending)
     progress = Progress("snapshot", sum(len(g.splits) for g in pending))
     with ThreadPoolExecutor(run.pipeline.source.parallelism, "split") as pool:
-        futures = [pool.submit(_read_splits, run, view, g, progress) for g in pending]
+        futures = [pool.submit(_read_splits, run, view, g, progress,
+                               targets.get(g.table.qualified, [])) for g in pending]
         start_early(run.lake, engine_early)  # while the readers wait on the source
         entries = record_as_done(run.state, futures)
     progress.finish()
@@ -121,9 +124,10 @@ def _prepare_resnapshots(run: Run, view: SourceView,
     return run.state.load(), sizes
 
 
-def _read_splits(run: Run, view: SourceView, group: SplitGroup,
-                 progress: Progress) -> list[SplitEntry]:
-    """A group of splits into bronze; returns their state entries."""
+def _read_splits(run: Run, view: SourceView, group: SplitGroup, progress: Progress,
+                 targets: list[first_version.Target]) -> list[SplitEntry]:
+    """A group of splits into bronze, then its big files spliced for silver's first version
+    (`targets`: lake/first_version.py); returns their state entries."""
     if run.stop.is_set():  # SIGTERM: splits not started wait for the next run
         return []
 
@@ -132,6 +136,9 @@ def _read_splits(run: Run, view: SourceView, group: SplitGroup,
                                    on_batch=progress.add_rows, create=group.creates)
 
     entries = land_splits(run.pipeline.source, group, view.mariadb, write, view.base)
+    if targets and entries and entries[0].watermark:  # (a GTID watermark: known later)
+        first_version.splice_ahead(run.lake, group.table, entries[0].attempt,
+                                   entries[0].watermark, targets)
     progress.split_done(len(entries))
     return entries
 

@@ -118,6 +118,13 @@ def bronze_of_two_reads(tmp_path) -> tuple[Lake, list[SplitRef]]:
                   *(SplitRef(s, "b", "000001:000000000200:000000") for s in (2, 3, 4))]
 
 
+def bits(table: pa.Table) -> pa.Table:
+    widths = {pa.float32(): pa.int32(), pa.float64(): pa.int64()}
+    return pa.table([pa.chunked_array([c.view(widths[col.type]) for c in col.chunks],
+                                      widths[col.type]) if col.type in widths else col
+                     for col in table.columns], names=table.column_names)
+
+
 def silver_rows(path: str) -> pa.Table:
     table = DeltaTable(path).to_pyarrow_table()
     return table.sort_by("id")
@@ -141,12 +148,7 @@ def test_silver_made_of_bronze_files_holds_the_rows_written_from_bronze_rows(
                                     small_merge.snapshot_rows(lake, SOURCE, window, schema))
     a, b = silver_rows(made), silver_rows(written)
     assert a.schema == b.schema and a.num_rows == 800
-    for name in a.column_names:  # bit for bit: floats compared as their bits
-        x, y = a.column(name), b.column(name)
-        if pa.types.is_floating(x.type):
-            width = pa.int32() if x.type == pa.float32() else pa.int64()
-            x, y = (pa.chunked_array([c.view(width) for c in z.chunks], width) for z in (x, y))
-        assert x.equals(y), name
+    assert bits(a).equals(bits(b))  # bit for bit: floats compared as their bits
 
     def stats(path: str) -> list:  # as the creating commit has them
         with open(os.path.join(path, "_delta_log", f"{0:020d}.json")) as log:
@@ -181,3 +183,31 @@ def test_bronze_files_that_cannot_be_taken_leave_nothing_behind(tmp_path, monkey
         monkeypatch.setattr(parquet_splice, "splice", refuse_second)
     assert first_version.take(lake, SOURCE, splits, schema, made) is None
     assert not os.path.exists(made) or not os.listdir(made)
+
+
+def test_files_spliced_during_the_snapshot_are_taken_when_they_hold_what_take_would_make(
+        tmp_path, monkeypatch):
+    """`splice_ahead` after each read makes its big files aside; `take` moves those that are
+    silver's columns at the window's watermark, and makes the others itself."""
+    monkeypatch.setattr(first_version, "SPLICE_BYTES", 0)
+    lake, splits = bronze_of_two_reads(tmp_path)
+    schema, made, ahead = silver_schema(), str(tmp_path / "made"), str(tmp_path / "ahead")
+    target = first_version.Target(ahead, schema)
+    first_version.splice_ahead(lake, SOURCE, "a", "000001:000000000100:000000", [target])
+    first_version.splice_ahead(lake, SOURCE, "b", "000001:000000000999:000000", [target])
+    staged = sorted(os.listdir(ahead))
+    bronze_files = lake.tables.plain_files(lake.snapshot_path("db", "t"))
+    assert sorted(staged) == sorted(bronze_files)  # each under its bronze file's name
+    actions = first_version.take(lake, SOURCE, splits, schema, made, ahead)
+    names = {a.path for a in actions}
+    moved = [n for n in staged if n in names]  # a's, at its watermark
+    assert len(moved) == 1 and not os.path.exists(os.path.join(ahead, moved[0]))
+    assert os.listdir(ahead) == [n for n in staged if n not in moved]  # b's: other watermark
+    lake.tables.create_with_files(made, schema, actions)
+    window = Window("", "000001:000000000300:000000", {SOURCE.qualified: tuple(splits)},
+                    first=True)
+    written = str(tmp_path / "written")
+    lake.tables.create_from_streams(written, schema,
+                                    small_merge.snapshot_rows(lake, SOURCE, window, schema))
+    assert bits(silver_rows(made)).equals(bits(silver_rows(written)))
+

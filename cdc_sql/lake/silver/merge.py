@@ -118,7 +118,7 @@ def batch(lake: Lake, plan: SilverPlan, window: Window, statements: list[Stateme
         if way.in_process and small_merge.merged(lake, plan, window, facts):
             return
         if window.first:
-            first_version.discard(lake, plan.spec.name)  # what earlier versions wrote ahead
+            first_version.discard(lake, plan.spec.name)  # spliced ahead, not taken
         if not way.in_process:
             log.debug("silver %s: merged by the engine: %s", plan.spec.name, way.reason)
     run_batch(lake, plan, window, facts, cascaded)

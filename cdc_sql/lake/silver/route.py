@@ -17,7 +17,7 @@ from enum import Enum
 
 from cdc_sql import engine
 from cdc_sql.config import layout
-from cdc_sql.lake import small_merge
+from cdc_sql.lake import first_version, small_merge
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import SilverPlan
@@ -103,3 +103,19 @@ def engine_wanted(lake: Lake, plans: list[SilverPlan]) -> bool:
     worth starting while the source is read. Otherwise it starts on first use, if ever: a run
     of plain tables on a local path seldom needs it (a window past the memory budget, a DDL)."""
     return any(not lake.local or not route(plan, None, lake).in_process for plan in plans)
+
+
+def made_of_bronze(lake: Lake, plans: list[SilverPlan]) -> dict[str, list[first_version.Target]]:
+    """Per source table (qualified name), the silver tables this process will create, not
+    there yet, whose first version may be made of bronze's files (lake/first_version.py):
+    the snapshot splices their big files as it goes."""
+    found: dict[str, list[first_version.Target]] = {}
+    if not lake.local:
+        return found
+    for plan in plans:
+        silver = lake.silver_path(plan.spec.name)
+        if route(plan, None, lake).in_process and \
+                lake.tables.merges_here(silver) and not lake.tables.exists(silver):
+            found.setdefault(plan.sources[0].qualified, []).append(first_version.Target(
+                lake.first_version_path(plan.spec.name), small_merge.silver_schema(plan)))
+    return found
