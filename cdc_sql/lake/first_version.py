@@ -34,6 +34,7 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cdc_sql.errors import out_of_space
 from cdc_sql.lake import parquet_files, parquet_splice
 from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import SplitRef
@@ -123,10 +124,12 @@ def take(lake: Lake, source, splits: Iterable[SplitRef], schema: pa.Schema, silv
             # (copies and writes release the GIL)
             return [a for found in pool.map(silver_files, picked) for a in found]
     except (OSError, pa.ArrowException, parquet_splice.Unspliceable) as exc:
-        log.debug("silver's first version not made of bronze's files (%s): written from "
-                  "bronze's rows", exc)
         for name in made:
             os.remove(os.path.join(silver, name))
+        if out_of_space(exc):  # the rows cannot be written from bronze either: the run stops
+            raise
+        log.debug("silver's first version not made of bronze's files (%s): written from "
+                  "bronze's rows", exc)
         return None
 
 
@@ -164,6 +167,8 @@ def splice_ahead(lake: Lake, source, attempt: str, watermark: str,
                     _splice_file(path, footer, watermark, target.schema, values, out + ".part")
                     os.replace(out + ".part", out)
     except (OSError, pa.ArrowException, parquet_splice.Unspliceable) as exc:
+        if out_of_space(exc):  # nor can the snapshot go on: the run stops
+            raise
         log.debug("bronze files of %s not spliced during the snapshot (%s)", source.qualified,
                   exc)
 
