@@ -84,19 +84,23 @@ def test_both_readers_read_every_bit(floats, mariadb, make_pipeline, reader):
 def test_silver_holds_every_bit_on_every_path(floats, mariadb, engine, make_pipeline, settings,
                                               monkeypatch):
     """`spliced`: silver's first version made of bronze's files' column chunks however small
-    (lake/first_version.py; small files are otherwise read and written again)."""
-    settings, spliced = dict(settings), []
+    (lake/first_version.py; small files are otherwise read and written again), during the
+    snapshot, and taken by the creating commit."""
+    settings, spliced, taken = dict(settings), [], []
     splice = settings.pop("splice", False)
     if splice:
         from cdc_sql.lake import first_version, parquet_splice
 
         monkeypatch.setattr(first_version, "SPLICE_BYTES", 0)
-        real = parquet_splice.splice
+        real, made_ahead = parquet_splice.splice, first_version._made_ahead
         monkeypatch.setattr(parquet_splice, "splice",
                             lambda *a: spliced.append(1) or real(*a))
+        monkeypatch.setattr(first_version, "_made_ahead",
+                            lambda *a: taken.append(made_ahead(*a)) or taken[-1])
     pipeline = make_pipeline(f"- name: fl\n  source: {floats}.fl", **settings)
     run(pipeline, engine)  # the snapshot
-    assert bool(spliced) == splice
+    assert bool(spliced) == splice and all(found is not None for found in taken)
+    assert bool(taken) == splice  # each file made during the snapshot, taken
     assert silver_bits(pipeline) == source_bits(mariadb, floats)
     insert(mariadb, floats, 101)  # the binlog
     mariadb.execute("UPDATE fl SET w = v WHERE id < 5", db=floats)

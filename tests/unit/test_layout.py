@@ -190,7 +190,7 @@ def test_a_liquid_table_goes_through_the_engine_and_says_why(tmp_path):
     from types import SimpleNamespace
 
     from cdc_sql.lake.lake import Lake
-    from cdc_sql.lake.silver.route import Way, route
+    from cdc_sql.lake.silver.route import Way, made_of_bronze, route
     from cdc_sql.planner import Window
 
     plan, lake = _orders_plan(), Lake(None, str(tmp_path), None)
@@ -205,6 +205,7 @@ def test_a_liquid_table_goes_through_the_engine_and_says_why(tmp_path):
     assert route(plan, first, jvm).cluster  # then clustered: CLUSTER BY, OPTIMIZE FULL
     sail = Lake(SimpleNamespace(clusters_liquid=False), str(tmp_path), None)
     assert "liquid" not in route(plan, first, sail).reason  # no facts: bronze unread
+    assert made_of_bronze(jvm, [plan]) == {}  # no first version by delta-rs: the engine's
 
 
 def test_liquid_clustering_is_the_engines_sql_whoever_writes_the_table():
