@@ -41,9 +41,11 @@ from cdc_sql.planner import SplitRef
 
 log = logging.getLogger("cdc_sql")
 READ_AT = pa.timestamp("us", tz="UTC")  # bronze's _cdc_read_at
-# A smaller bronze file is read and its rows written again: quicker than a splice's three
-# footers read and one written in Python (4 ms against 1 ms for a file of 10 rows; at about
-# 1 MB, 30,000 rows of the benchmark's table, both take 3-5 ms).
+# A smaller bronze file is read and its rows written again when silver is created: a splice
+# reads three footers and writes one in Python (`take` of a 10-row file: 3.3 ms so, 4.0 ms
+# spliced, 2 ms of each opening bronze; docs/performance.md). Bigger files are spliced during
+# the snapshot. Where the two cross was not measured: 1 MB is a file of about 30,000 rows of
+# the benchmark's table, a few milliseconds either way.
 SPLICE_BYTES = 2**20
 
 
