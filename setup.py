@@ -1,6 +1,9 @@
-"""The compiled row decoder: built by `pip install`, optional (without a C compiler the
-pure-Python reference decoder serves; scripts/setup.sh installs gcc and the headers)."""
+"""The compiled decoders: the binlog's row images (`_rowdecode`) and a snapshot's result rows
+(`_resultrows`), built by `pip install`, optional (without a C compiler the pure-Python
+reference decoder and connectorx serve; scripts/setup.sh installs gcc and the headers)."""
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("cdc_sql._rowdecode", ["cdc_sql/_rowdecode.c"], optional=True,
-                             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wno-unused-function"])])
+FLAGS = ["-O3", "-std=c11", "-Wall", "-Wno-unused-function"]
+setup(ext_modules=[Extension(f"cdc_sql.{name}", [f"cdc_sql/{name}.c"], depends=["cdc_sql/_buffers.h"],
+                             optional=True, extra_compile_args=FLAGS)
+                   for name in ("_rowdecode", "_resultrows")])

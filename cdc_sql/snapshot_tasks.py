@@ -31,7 +31,7 @@ from cdc_sql.lake.state import SplitEntry
 from cdc_sql.lake.tables import COMMIT_RETRIES, append_with_delta_rs
 from cdc_sql.source import mysql
 from cdc_sql.source.schema import SourceTable
-from cdc_sql.source.snapshot import read_splits, rows_a_batch
+from cdc_sql.source.snapshot import IN_SNAPSHOT, read_splits, rows_a_batch
 from cdc_sql.source.splits import SplitGroup
 from cdc_sql.source.watermarks import binary_log_status
 
@@ -58,7 +58,7 @@ def land_splits(source, group: SplitGroup, mariadb: bool, write: Writer,
     faults.point("split.written")  # bronze has the splits' rows, state not yet
     # A position after the read: the rows hold no change from after it (with a reader in the
     # watermark's own snapshot, the watermark itself). History starts past every one.
-    in_snapshot = read.reader == "pymysql" and read.watermark.exact
+    in_snapshot = read.reader in IN_SNAPSHOT and read.watermark.exact
     read_end = watermark if in_snapshot else \
         dataclasses.replace(_binlog_end(source), base=base)
     return [dataclasses.replace(

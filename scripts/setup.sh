@@ -47,16 +47,16 @@ debian_packages() {
 debian_packages & debian=$!
 
 stamp=".venv/.cdc-sql-installed"
-wanted="$(cat pyproject.toml setup.py cdc_sql/_rowdecode.c | sha256sum | cut -d' ' -f1)"
+wanted="$(cat pyproject.toml setup.py cdc_sql/_rowdecode.c cdc_sql/_resultrows.c cdc_sql/_buffers.h | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   echo "setup: creating .venv and installing cdc-sql with its test tools" >&2
-  rm -f cdc_sql/_rowdecode.*.so  # built below, from this tree's source
+  rm -f cdc_sql/_rowdecode.*.so cdc_sql/_resultrows.*.so  # built below, from this tree's source
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e '.[sail,test]'
 fi
 wait "$debian" || { echo "setup: installing Debian's packages failed" >&2; exit 1; }
-if ! .venv/bin/python -c 'import cdc_sql._rowdecode' 2>/dev/null; then
+if ! .venv/bin/python -c 'import cdc_sql._rowdecode, cdc_sql._resultrows' 2>/dev/null; then
   .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 || true
 fi
 echo "$wanted" > "$stamp"

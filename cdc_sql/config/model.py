@@ -118,10 +118,11 @@ class Source:
                                 "one Spark task per split, on the executors (a cluster reads "
                                 "many splits at once; bronze must be reachable from them)",
                                 "process", choices=("process", "spark"))
-    snapshot_reader: str = _key("auto (native where every column allows, but pymysql over "
-                                "TLS and for reads of 1,000 rows or fewer), native "
-                                "(connectorx), or pymysql", "auto",
-                                choices=("auto", "native", "pymysql"))
+    snapshot_reader: str = _key("auto (binary where every column allows and the C decoders "
+                                "are built, else native but pymysql over TLS; pymysql for "
+                                "reads of 1,000 rows or fewer), binary (MySQL's binary "
+                                "protocol, decoded in C), native (connectorx), or pymysql",
+                                "auto", choices=("auto", "binary", "native", "pymysql"))
     verify_timeout_seconds: float = _key("`cdc-sql verify` reads the source in a read-only "
                                          "transaction whose statements stop after this many "
                                          "seconds", 600.0, minimum=0.001)

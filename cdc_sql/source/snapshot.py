@@ -1,18 +1,21 @@
 """Reading one snapshot split: a safe watermark first, then the rows as Arrow batches.
 
-Two readers, same rows, same types:
-- `native` (default when every column allows it): connectorx, in Rust, Arrow out, several times
-  the rows/s of pymysql (docs/performance.md). It opens its own connection, so the watermark is
-  the consistent-snapshot position read *before* its SELECT starts: every transaction at or
-  before it is visible to the SELECT; later ones may be too, and replaying them over the rows
-  is harmless (docs/architecture.md). Columns a native reader would get wrong are cast in the
-  SELECT (DECIMAL and TIME as text, zero dates as NULL) and restored to the contract types in
-  Arrow.
+Three readers, same rows, same types:
+- `binary` (default when every column allows it and the package's C decoders are built): the
+  SELECT prepared and executed in MySQL's binary protocol on the watermark's own connection,
+  inside its consistent snapshot (exact), its rows decoded in C (source/result_rows.py), at
+  about a fifth of connectorx's CPU a row (docs/performance.md); over TLS too.
+- `native`: connectorx, in Rust, Arrow out, several times the rows/s of pymysql. It opens its
+  own connection, so the watermark is the consistent-snapshot position read *before* its
+  SELECT starts: every transaction at or before it is visible to the SELECT; later ones may be
+  too, and replaying them over the rows is harmless (docs/architecture.md).
 - `pymysql`: an unbuffered cursor inside the consistent-snapshot transaction itself (exact), with
-  per-value normalization; for the column types the native path does not cover yet. FLOAT is
+  per-value normalization; for the column types the other two do not cover yet. FLOAT is
   read as the DOUBLE it widens to: the text protocol prints a FLOAT with six significant
   digits (FLT_MAX comes back as 3.40282e38), a DOUBLE with every digit it needs.
-Both stream: memory follows the batch, not the split or the table.
+Columns the binary and native readers would get wrong are cast in their SELECT (DECIMAL and
+TIME as text, zero dates as NULL) and restored to the contract types in Arrow.
+All stream: memory follows the batch, not the split or the table.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import pyarrow.compute as pc
 import pymysql.converters
 
 from cdc_sql.errors import SourceError, is_transient
-from cdc_sql.source import mysql
+from cdc_sql.source import mysql, result_rows
 from cdc_sql.source.schema import Column, SourceTable, key_text_name
 from cdc_sql.source.splits import Split, bound_quote, mysql_quote
 from cdc_sql.source.values import normalize
@@ -38,6 +41,9 @@ _NATIVE = {"tinyint", "smallint", "mediumint", "int", "bigint", "float", "double
            "char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set",
            "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
            *_TEMPORAL, *_AS_TEXT}
+
+
+IN_SNAPSHOT = {"binary", "pymysql"}  # readers whose SELECT runs in the watermark's own snapshot
 
 
 @dataclass
@@ -65,6 +71,11 @@ def native_supported(table: SourceTable) -> bool:
         import connectorx  # noqa: F401
     except ImportError:
         return False
+    return columns_native(table)
+
+
+def columns_native(table: SourceTable) -> bool:
+    """Whether the binary and native readers read every column exactly (with the casts below)."""
     return all(_native_ok(c) for c in table.columns)
 
 
@@ -92,7 +103,10 @@ def read_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
     """Consecutive splits of one table in one consistent read and one query (`rows`: about
     how many rows they hold, None when not known)."""
     if reader == "auto":
-        reader = auto_reader(native_supported(table), source.ssl.enabled, rows)
+        reader = auto_reader(columns_native(table), native_supported(table),
+                             result_rows.available(), source.ssl.enabled, rows)
+    if reader == "binary":
+        return _read_binary(source, table, splits, mariadb, batch_rows)
     if reader == "native":
         return _read_native(source, table, splits, mariadb, batch_rows)
     return _read_pymysql(source, table, splits, mariadb, batch_rows)
@@ -108,12 +122,17 @@ def read_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
 SMALL_READ_ROWS = 1_000
 
 
-def auto_reader(native_ok: bool, tls: bool, rows: int | None) -> str:
-    """The reader `snapshot_reader: auto` takes: connectorx ("native") where it reads every
-    column exactly, no TLS is asked for (it takes no TLS files) and the read is not known to
-    be small (SMALL_READ_ROWS), else pymysql. Pure."""
-    small = rows is not None and rows <= SMALL_READ_ROWS
-    return "native" if native_ok and not tls and not small else "pymysql"
+def auto_reader(columns_ok: bool, connectorx_ok: bool, compiled: bool, tls: bool,
+                rows: int | None) -> str:
+    """The reader `snapshot_reader: auto` takes: none but pymysql for a read known to be small
+    (SMALL_READ_ROWS) or a column the others cannot read exactly; else the binary reader where
+    the C decoders are built, connectorx ("native") where they are not and no TLS is asked for
+    (it takes no TLS files). Pure."""
+    if not columns_ok or (rows is not None and rows <= SMALL_READ_ROWS):
+        return "pymysql"
+    if compiled:
+        return "binary"
+    return "native" if connectorx_ok and not tls else "pymysql"
 
 
 def read_split(source, table: SourceTable, split: Split, mariadb: bool,
@@ -214,10 +233,9 @@ def _read_native(source, table: SourceTable, splits: list[Split], mariadb: bool,
 
 
 def _restore(stream, table: SourceTable, source, splits: list[Split]) -> Iterator[pa.RecordBatch]:
-    """Cast what connectorx returns to the contract's Arrow types. A read that breaks off
-    (the server restarted, the connection was killed) is a SourceError like any other."""
-    schema = read_schema(table)
-    scaled = {i for i, column in enumerate(table.columns) if unscaled(column)}
+    """What connectorx returns, in the contract's Arrow types. A read that breaks off (the
+    server restarted, the connection was killed) is a SourceError like any other."""
+    cast = _contract(table)
     batches = iter(stream)
     while True:
         try:
@@ -228,9 +246,20 @@ def _restore(stream, table: SourceTable, source, splits: list[Split]) -> Iterato
             if not _failure(exc):
                 raise
             raise _read_failed(table, splits, _redact(str(exc), source), None) from None
+        yield cast(batch)
+
+
+def _contract(table: SourceTable) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+    """The cast of a batch as the binary and native readers read it (`_select_item`) to the
+    contract's Arrow types (`read_schema`)."""
+    schema = read_schema(table)
+    scaled = {i for i, column in enumerate(table.columns) if unscaled(column)}
+
+    def cast(batch: pa.RecordBatch) -> pa.RecordBatch:
         arrays = [from_unscaled(batch.column(i), field.type) if i in scaled else
                   pc.cast(batch.column(i), field.type) for i, field in enumerate(schema)]
-        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return cast
 
 
 def from_unscaled(values: pa.Array, type_: pa.Decimal128Type) -> pa.Array:
@@ -260,6 +289,41 @@ def _redact(text: str, source) -> str:
     for secret in {source.password, urllib.parse.quote(source.password, safe="")} - {""}:
         text = text.replace(secret, "***")
     return text.splitlines()[0] if text else text
+
+
+# -- binary (the compiled decoder) ------------------------------------------------------------
+def _read_binary(source, table: SourceTable, splits: list[Split], mariadb: bool,
+                 batch_rows: int) -> SplitRead:
+    conn = mysql.connect(source, autocommit=False)
+    try:
+        with conn.cursor() as first:  # buffered: single-row answers read to their end
+            watermark = begin_snapshot(first, mariadb)
+            server = server_identity(first, mariadb)
+    except pymysql.err.MySQLError as exc:
+        conn.close()
+        raise mysql.explain(exc, source) from None
+    except BaseException:
+        conn.close()
+        raise
+    sql, _ = _select_sql(table, splits, native=True)
+    return SplitRead(watermark, _binary_batches(conn, sql, table, splits, batch_rows), "binary",
+                     server, lambda: _close(conn))
+
+
+def _binary_batches(conn, sql: str, table: SourceTable, splits: list[Split],
+                    batch_rows: int) -> Iterator[pa.RecordBatch]:
+    cast = _contract(table)
+    try:
+        for batch in result_rows.read(conn, sql, batch_rows, BATCH_BYTES):
+            yield cast(batch)
+        conn.commit()
+    except pymysql.err.MySQLError as exc:  # the read broke off: a restart, a KILL
+        raise _read_failed(table, splits, mysql.first_line(exc),
+                           exc.args[0] if exc.args else None) from None
+    except result_rows.Failed as exc:
+        raise _read_failed(table, splits, str(exc), None) from None
+    finally:
+        _close(conn)
 
 
 # -- pymysql ------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The native (connectorx) and pymysql split readers give the same rows, typed the same."""
+"""The binary (compiled), native (connectorx) and pymysql split readers give the same rows, typed
+the same."""
 from decimal import Decimal
 
 import pyarrow as pa
@@ -59,16 +60,18 @@ def test_readers_agree_on_every_covered_type(mariadb, database, make_pipeline):
     pipeline, table = source_table(make_pipeline, database, "t")
     assert native_supported(table)
     split = Split(f"{database}.t", 0, None, None)
-    native = read_all(pipeline, table, split, "native").sort_by("id")
     slow = read_all(pipeline, table, split, "pymysql").sort_by("id")
-    assert native.schema == slow.schema
-    for name in native.column_names:
-        assert native[name].to_pylist() == slow[name].to_pylist(), name
+    for reader in ("binary", "native"):
+        fast = read_all(pipeline, table, split, reader).sort_by("id")
+        assert fast.schema == slow.schema, reader
+        for name in fast.column_names:
+            assert fast[name].to_pylist() == slow[name].to_pylist(), (reader, name)
+    native = read_all(pipeline, table, split, "binary").sort_by("id")
     by_id = {row["id"]: row for row in native.to_pylist()}
     row = by_id[18446744073709551615]
     assert row["c"] == "ab" and row["v"] == "x😀y"
     assert row["tm"] == "-838:59:59.99" and row["b"] == b"a\x00\x00\x00"
-    # DECIMALs of up to 18 digits come to the native reader as unscaled integers
+    # DECIMALs of up to 18 digits come to the binary and native readers as unscaled integers
     assert (row["dn"], row["dz"], row["du"]) == (
         Decimal("-9999999999.99"), Decimal("-0.999999999999999999"), Decimal(10**18 - 1))
     zero = by_id[0]
@@ -81,7 +84,7 @@ def test_split_bounds_select_the_right_rows(mariadb, database, make_pipeline):
                     "INSERT INTO s VALUES ('a', 1), ('it''s', 2), ('m', 3), ('z', 4)", db=database)
     pipeline, table = source_table(make_pipeline, database, "s")
     split = Split(f"{database}.s", 1, ("b",), ("m",))
-    for reader in ("native", "pymysql"):
+    for reader in ("binary", "native", "pymysql"):
         rows = read_all(pipeline, table, split, reader).to_pylist()
         assert rows == [{"k": "it's", "n": 2, "_cdc_split_id": 1}], reader
 
@@ -98,25 +101,27 @@ def test_one_read_of_consecutive_splits_tags_each_row_with_its_split(mariadb, da
     pipeline, table = source_table(make_pipeline, database, "s")
     splits = [Split(f"{database}.s", 4, None, ("b",)), Split(f"{database}.s", 5, ("b",), ("m",)),
               Split(f"{database}.s", 6, ("m",), None)]
-    for reader in ("native", "pymysql"):
+    for reader in ("binary", "native", "pymysql"):
         read = read_splits(pipeline.source, table, splits, True, reader=reader)
         rows = pa.Table.from_batches(list(read.batches)).to_pylist()
         assert {r["k"]: r["_cdc_split_id"] for r in rows} == \
             {"a": 4, "B": 5, "it's": 5, "M": 6, "z": 6}, reader
 
 
-def test_native_reader_errors_hide_the_password(mariadb, database, make_pipeline):
+@pytest.mark.parametrize("reader", ["binary", "native"])
+def test_native_reader_errors_hide_the_password(mariadb, database, make_pipeline, reader):
     pipeline = make_pipeline(f"- name: s\n  source: {database}.nope")
     from cdc_sql.source.schema import Column, SourceTable
 
     table = SourceTable(database, "nope", (Column("id", "int", "int", 10, 0, None, None),), ("id",))
     with pytest.raises(SourceError) as info:
-        read_split(pipeline.source, table, Split(f"{database}.nope", 0, None, None), True,
-                   reader="native")
+        read = read_split(pipeline.source, table, Split(f"{database}.nope", 0, None, None), True,
+                          reader=reader)
+        list(read.batches)  # the binary reader prepares its statement at the first batch
     assert "cdc-secret" not in str(info.value) and "nope" in str(info.value)
 
 
-@pytest.mark.parametrize("reader", ["native", "pymysql"])
+@pytest.mark.parametrize("reader", ["binary", "native", "pymysql"])
 def test_a_read_broken_off_is_a_transient_source_error(mariadb, database, make_pipeline, reader):
     """The server restarted or the connection was killed while rows streamed: follow mode
     waits that out, so it must arrive as a transient SourceError, never a driver traceback."""
@@ -172,8 +177,8 @@ def test_a_snapshot_s_batches_hold_as_many_rows_as_the_catalog_s_row_bytes_allow
 def test_auto_reads_a_small_table_in_the_watermark_s_own_snapshot(mariadb, database, engine,
                                                                   make_pipeline):
     """`snapshot_reader: auto` reads a table of SMALL_READ_ROWS or fewer with pymysql, inside
-    the transaction that took the watermark (one connection, not three; its rows stand exactly
-    at the watermark), and larger reads (of a group of splits) with connectorx; silver equals
+    the transaction that took the watermark (its rows stand exactly at the watermark), and
+    larger reads (of a group of splits) with the binary reader, in theirs too; silver equals
     the source either way."""
     from cdc_sql.source.snapshot import SMALL_READ_ROWS
     from tests.integration.helpers import assert_silver_equals, checkpoint, run
@@ -189,7 +194,9 @@ def test_auto_reads_a_small_table_in_the_watermark_s_own_snapshot(mariadb, datab
     state = checkpoint(engine, pipeline)
     small, = state.splits(f"{database}.small")
     assert small.reader == "pymysql" and small.read_end == small.watermark
-    assert {s.reader for s in state.splits(f"{database}.large")} == {"native"}
+    large = state.splits(f"{database}.large")
+    assert {s.reader for s in large} == {"binary"}
+    assert all(s.read_end == s.watermark for s in large)
     for name in ("small", "large"):
         assert_silver_equals(engine, pipeline, name, mariadb, f"SELECT * FROM {database}.{name}")
 
@@ -213,7 +220,7 @@ def test_pymysql_batches_of_long_values_end_near_batch_bytes(mariadb, database, 
     assert all(row["doc"] == "ab" * 500 * row["id"] for batch in batches for row in batch)
 
 
-@pytest.mark.parametrize("reader", ["native", "pymysql"])
+@pytest.mark.parametrize("reader", ["binary", "native", "pymysql"])
 def test_a_write_that_fails_leaves_no_read_open(mariadb, database, make_pipeline, reader):
     """A split group whose bronze write fails ends its read at once: a read left open holds a
     consistent snapshot and a metadata lock on the table (DROP and ALTER wait behind it) until
@@ -253,12 +260,12 @@ def test_names_holding_percent_signs_are_read_by_both_readers(mariadb, database,
     name = f"{database}.p%s%cent"
     for splits in ([Split(name, 0, None, None)],
                    [Split(name, 1, None, (5,)), Split(name, 2, (5,), None)]):
-        for reader in ("native", "pymysql"):
+        for reader in ("binary", "native", "pymysql"):
             read = read_splits(pipeline.source, table, splits, True, reader=reader)
             rows = pa.Table.from_batches(list(read.batches)).to_pylist()
             assert sorted((r["k%s"], r["n%d"]) for r in rows) == [(1, 10), (5, 50), (9, 90)]
     ranged = [Split(name, 3, None, None, "`k%s` BETWEEN 1 AND 5")]  # a range re-read's
-    for reader in ("native", "pymysql"):
+    for reader in ("binary", "native", "pymysql"):
         read = read_splits(pipeline.source, table, ranged, True, reader=reader)
         assert sorted(pa.Table.from_batches(list(read.batches))["k%s"].to_pylist()) == [1, 5]
     with mysql.cursor(pipeline.source) as cur:  # sparse keys: split by walking the index

@@ -82,17 +82,26 @@ def test_files_are_clustered_when_key_ranges_are_disjoint_and_not_too_large():
     assert not clustered(None)  # no statistics
 
 
-@given(st.booleans(), st.booleans(), st.one_of(st.none(), st.integers(0, 10**9)))
-def test_auto_reads_small_tables_tls_and_uncovered_types_with_pymysql(native_ok, tls, rows):
-    """`snapshot_reader: auto`: connectorx only where it reads every column exactly, no TLS is
-    asked for and the read is not known to be small (SMALL_READ_ROWS or fewer rows)."""
+@given(st.booleans(), st.booleans(), st.booleans(), st.booleans(),
+       st.one_of(st.none(), st.integers(0, 10**9)))
+def test_auto_reads_small_tables_and_uncovered_types_with_pymysql(columns_ok, connectorx_ok,
+                                                                 compiled, tls, rows):
+    """`snapshot_reader: auto`: pymysql for a read known to be small (SMALL_READ_ROWS or fewer
+    rows) or a column the others cannot read exactly; the binary reader where the C decoders
+    are built (TLS or not); else connectorx where it is installed and no TLS is asked for."""
     from cdc_sql.source.snapshot import SMALL_READ_ROWS, auto_reader
 
     small = rows is not None and rows <= SMALL_READ_ROWS
-    assert auto_reader(native_ok, tls, rows) == \
-        ("native" if native_ok and not tls and not small else "pymysql")
-    assert auto_reader(True, False, SMALL_READ_ROWS) == "pymysql"
-    assert auto_reader(True, False, SMALL_READ_ROWS + 1) == "native"
+    chosen = auto_reader(columns_ok, connectorx_ok, compiled, tls, rows)
+    if not columns_ok or small:
+        assert chosen == "pymysql"
+    elif compiled:
+        assert chosen == "binary"
+    else:
+        assert chosen == ("native" if connectorx_ok and not tls else "pymysql")
+    assert auto_reader(True, True, True, False, SMALL_READ_ROWS) == "pymysql"
+    assert auto_reader(True, True, True, True, SMALL_READ_ROWS + 1) == "binary"
+    assert auto_reader(True, True, False, False, SMALL_READ_ROWS + 1) == "native"
 
 
 def _column(name, data_type, length=None):
