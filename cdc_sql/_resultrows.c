@@ -8,7 +8,7 @@
  * whole packet it is given, up to a batch's rows or bytes, without the GIL, and says why it
  * stopped. It never reads past the result set: the end (EOF or OK packet), an error packet or a
  * packet of 16 MB or more (a row split over packets, put together by the caller) is left to
- * Python, unread.
+ * Python, unread; any other packet is an error.
  *
  * Column kinds, one per wire format: fixed widths (1, 2, 4, 8 bytes, little-endian, copied as
  * they are: signedness is the Arrow type's), DATE (days), DATETIME/TIMESTAMP (microseconds),
@@ -173,8 +173,8 @@ memory:
 /* decode(buffer, start, max_rows, max_bytes) -> (position, status): the whole packets from
    `start` decoded until the batch holds max_rows rows or max_bytes bytes of values (S_FULL),
    the data ends inside a packet (S_MORE), or a packet that is not a row of under 16 MB comes
-   (S_END: EOF/OK, S_ERROR: an error packet, S_LONG: a row in several packets), `position`
-   that packet's start. */
+   (S_END: EOF, S_ERROR: an error packet, S_LONG: a row in several packets), `position` that
+   packet's start; any other packet raises ValueError. */
 static PyObject *Rows_decode(Rows *r, PyObject *args) {
     Py_buffer view;
     Py_ssize_t begin;
@@ -184,6 +184,11 @@ static PyObject *Rows_decode(Rows *r, PyObject *args) {
     size_t size = (size_t)view.len, at = (size_t)begin;
     int status = S_MORE, failed = 0;
     r->error[0] = 0;
+    if (begin < 0 || at > size) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start past the buffer's end");
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     while (1) {
         if (r->rows >= max_rows || r->nbytes >= (size_t)max_bytes) { status = S_FULL; break; }
@@ -193,7 +198,13 @@ static PyObject *Rows_decode(Rows *r, PyObject *args) {
         if (size - at - 4 < len) break;
         const unsigned char *payload = data + at + 4;
         if (len == 0 || payload[0] != 0x00) {
-            status = len > 0 && payload[0] == 0xFF ? S_ERROR : S_END;
+            if (len > 0 && payload[0] == 0xFF) status = S_ERROR;
+            else if (len > 0 && payload[0] == 0xFE) status = S_END;
+            else {
+                snprintf(r->error, sizeof r->error, "a packet of %zu bytes where a row was due",
+                         len);
+                failed = 1;
+            }
             break;
         }
         if (decode_row(r, payload + 1, len - 1)) { failed = 1; break; }

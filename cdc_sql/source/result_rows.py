@@ -27,7 +27,8 @@ except ImportError:  # not built: no compiler where the package was installed
     _resultrows = None
 
 COM_STMT_PREPARE, COM_STMT_EXECUTE, COM_STMT_CLOSE = 0x16, 0x17, 0x19
-CHUNK = 1 << 20  # bytes asked of the socket at a time
+CHUNK = 1 << 20  # bytes asked of the socket at a time, at most
+START = 1 << 16  # a result's first buffer: a small table's rows fit, a large one's double it
 LONG_PACKET = 0xFFFFFF  # a packet of this length continues in the next
 BINARY_CHARSET = 63
 
@@ -159,9 +160,9 @@ class Stream:
 
     def __init__(self, conn):
         self.conn, self.socket = conn, conn._sock  # noqa: SLF001 - pymysql's socket
-        self.buffer = bytearray(4 * CHUNK)
-        self.view = memoryview(self.buffer)
         held = conn._rfile.peek()  # noqa: SLF001 - what pymysql's reader has read ahead
+        self.buffer = bytearray(max(START, len(held)))  # grows as a large result streams in
+        self.view = memoryview(self.buffer)
         self.view[:len(held)] = held
         conn._rfile.read(len(held))  # noqa: SLF001
         self.start, self.end_at = 0, len(held)
@@ -181,13 +182,15 @@ class Stream:
         if self.start:  # the part of a packet held moves to the front
             self.view[:held] = self.view[self.start:self.end_at]
             self.start, self.end_at = 0, held
-        while self.end_at - held < need:
-            if len(self.buffer) - self.end_at < CHUNK:
+        while (wanted := need - (self.end_at - held)) > 0:
+            free = len(self.buffer) - self.end_at
+            if free < wanted or free < min(CHUNK, len(self.buffer)):  # doubled, up to CHUNK free
                 self.view.release()
-                self.buffer.extend(bytes(max(CHUNK, need)))
+                self.buffer.extend(bytes(max(len(self.buffer), wanted)))
                 self.view = memoryview(self.buffer)
             try:
-                got = self.socket.recv_into(self.view[self.end_at:], CHUNK)
+                got = self.socket.recv_into(self.view[self.end_at:],
+                                            min(CHUNK, len(self.buffer) - self.end_at))
             except OSError as exc:
                 self.conn._force_close()  # noqa: SLF001
                 raise pymysql.err.OperationalError(

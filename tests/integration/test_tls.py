@@ -7,8 +7,9 @@ import pytest
 from cdc_sql.cli import main
 from cdc_sql.config.model import Source, Tls, load_pipeline
 from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
+from cdc_sql.source import result_rows
 from cdc_sql.source.mysql import Connection, cursor
-from tests.integration.helpers import assert_silver_equals, run
+from tests.integration.helpers import assert_silver_equals, checkpoint, run
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +76,9 @@ def test_a_pipeline_over_tls_with_a_client_certificate(tls_server, tmp_path, eng
     ssl = "  ssl: {ca: ca.pem, cert: client.pem, key: client-key.pem, verify_identity: true}"
     pipeline = load_pipeline(_pipeline(tmp_path, server, ssl, certs))
     run(pipeline, engine)
+    # the snapshot read its 3,000 rows in the binary protocol, on pymysql's TLS connection
+    assert {s.reader for s in checkpoint(engine, pipeline).splits("shop.items")} == \
+        ({"binary"} if result_rows.available() else {"pymysql"})
     server.execute("UPDATE shop.items SET v = 'over tls' WHERE id % 7 = 0",
                    "DELETE FROM shop.items WHERE id % 11 = 0",
                    "INSERT INTO shop.items VALUES (5000, 'new')")

@@ -18,6 +18,7 @@ from cdc_sql.lake.first_version import BronzeFile
 from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.schema import Column, SourceTable
+from tests.unit.test_parquet_splice import bits
 
 # reads of consecutive splits: (splits, watermark, files its rows went into)
 reads = st.lists(st.tuples(st.integers(1, 4), st.sampled_from(["w1", "w2", "w3"]),
@@ -116,13 +117,6 @@ def bronze_of_two_reads(tmp_path) -> tuple[Lake, list[SplitRef]]:
     return lake, [SplitRef(0, "a", "000001:000000000100:000000"),
                   SplitRef(1, "a", "000001:000000000100:000000"),
                   *(SplitRef(s, "b", "000001:000000000200:000000") for s in (2, 3, 4))]
-
-
-def bits(table: pa.Table) -> pa.Table:
-    widths = {pa.float32(): pa.int32(), pa.float64(): pa.int64()}
-    return pa.table([pa.chunked_array([c.view(widths[col.type]) for c in col.chunks],
-                                      widths[col.type]) if col.type in widths else col
-                     for col in table.columns], names=table.column_names)
 
 
 def silver_rows(path: str) -> pa.Table:

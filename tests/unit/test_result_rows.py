@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_sql.source import result_rows
+from tests.unit.test_parquet_splice import bits
 
 pytestmark = pytest.mark.skipif(not result_rows.available(), reason="C decoders not built")
 
@@ -106,7 +107,9 @@ class Socket:
         self.data, self.sizes, self.at = data, list(sizes), 0
 
     def recv_into(self, buffer, size):
-        size = min(self.sizes.pop(0) if self.sizes else len(self.data), size, len(buffer))
+        if size > len(buffer):  # as socket.recv_into
+            raise ValueError("buffer too small for requested bytes")
+        size = min(self.sizes.pop(0) if self.sizes else len(self.data), size)
         chunk = self.data[self.at:self.at + size]
         buffer[:len(chunk)] = chunk
         self.at += len(chunk)
@@ -144,16 +147,6 @@ def expected(name: str, values: list) -> pa.Array:
     return pa.array(values, field.type)
 
 
-def same(got: pa.Array, want: pa.Array) -> bool:
-    """Equal, floats by their bits (NaN payloads, -0.0)."""
-    if pa.types.is_floating(want.type):
-        code = "<f" if want.type == pa.float32() else "<d"
-        bits = lambda a: [None if v is None else struct.pack(code, v)  # noqa: E731
-                          for v in a.to_pylist()]
-        return got.type == want.type and bits(got) == bits(want)
-    return got.equals(want)
-
-
 @st.composite
 def tables(draw):
     names = draw(st.lists(st.sampled_from(sorted(FIELDS)), min_size=1, max_size=12,
@@ -174,9 +167,10 @@ def test_rows_decode_to_their_values_however_the_bytes_arrive(table, sizes, batc
         [min(batch_rows, len(rows) - i) for i in range(0, len(rows), batch_rows)]
     got = pa.Table.from_batches(batches, schema=pa.schema(
         [(n, result_rows.arrow_field(*FIELDS[n][:3], n).type) for n in names]))
-    for i, name in enumerate(names):
-        want = expected(name, [row[i] for row in rows])
-        assert same(got[name].combine_chunks(), want), name
+    want = pa.table([expected(name, [row[i] for row in rows]) for i, name in enumerate(names)],
+                    names=names)
+    assert got.schema == want.schema
+    assert bits(got).equals(bits(want))  # floats by their bits (NaN payloads, -0.0)
 
 
 def test_a_batch_ends_past_its_bytes_of_values():
@@ -220,6 +214,18 @@ def test_a_row_that_does_not_fit_its_columns_fails(payload, message):
     fields = [result_rows.arrow_field(*FIELDS["v"][:3], "v")]
     with pytest.raises(ValueError, match=message):
         list(result_rows.batches(stream, fields, 10, 1 << 20))
+
+
+def test_a_packet_that_is_neither_row_end_nor_error_fails():
+    """Only a row (0x00), the result set's EOF (0xFE) or an error (0xFF) may come: anything
+    else is not taken for the end (rows after it would be lost)."""
+    stream = result_rows.Stream(Connection(packets([b"\x00\x00\x01a", b"\x03xyz"]), []))
+    fields = [result_rows.arrow_field(*FIELDS["v"][:3], "v")]
+    with pytest.raises(ValueError, match="a packet of 4 bytes where a row was due"):
+        list(result_rows.batches(stream, fields, 10, 1 << 20))
+    from cdc_sql import _resultrows
+    with pytest.raises(ValueError, match="start past"):
+        _resultrows.Rows([(4, 0)]).decode(b"1234", 5, 10, 10)
 
 
 def test_text_that_is_not_utf8_fails():
