@@ -49,6 +49,11 @@ _TEXT = {FIELD_TYPE.DECIMAL, FIELD_TYPE.NEWDECIMAL}  # digits, whatever the char
 _NOT_READ = {FIELD_TYPE.TIME, FIELD_TYPE.BIT}  # (the snapshot's SELECT casts TIME to text)
 
 
+class Failed(Exception):
+    """The rows could not be decoded (a value no column definition allows): a bug or a server
+    this reader does not know, never a row to skip."""
+
+
 def available() -> bool:
     return _resultrows is not None
 
@@ -71,15 +76,10 @@ def arrow_field(type_code: int, flags: int, charset: int, name: str) -> Field:
         kind, type_ = _DATES[type_code]
         return Field(name, kind, 0, type_)
     if type_code in _NOT_READ:
-        raise ValueError(f"column {name}: type {type_code} is not read in the binary protocol")
+        raise Failed(f"column {name}: type {type_code} is not read in the binary protocol")
     if type_code in _TEXT or charset != BINARY_CHARSET:
         return Field(name, _BYTES, _UTF8, pa.string())
     return Field(name, _BYTES, 0, pa.binary())
-
-
-class Failed(Exception):
-    """The rows could not be decoded (a value no column definition allows): a bug or a server
-    this reader does not know, never a row to skip."""
 
 
 def read(conn: pymysql.connections.Connection, sql: str, batch_rows: int,
@@ -107,7 +107,7 @@ def batches(stream: "Stream", fields: list[Field], batch_rows: int,
         if status == _resultrows.FULL:
             yield _batch(decoder, schema)
         elif status == _resultrows.LONG:
-            decoder.add(stream.long_packet())
+            _decoded(decoder.add, stream.long_packet())
         elif status == _resultrows.ERROR:
             stream.raise_error()
         else:
@@ -136,6 +136,14 @@ def _execute(conn, sql: str) -> tuple[int, list[Field]]:
     if not eof.is_eof_packet():
         raise Failed("the column definitions of a result set end without EOF")
     return statement, fields
+
+
+def _decoded(decode, *args):
+    """The C decoder's answer; what it could not decode, as Failed."""
+    try:
+        return decode(*args)
+    except ValueError as exc:
+        raise Failed(f"a result row that cannot be decoded: {exc}") from None
 
 
 def _batch(decoder, schema: pa.Schema) -> pa.RecordBatch:
@@ -170,8 +178,8 @@ class Stream:
 
     def decode(self, decoder, batch_rows: int, batch_bytes: int) -> int:
         while True:
-            self.start, status = decoder.decode(self.view[:self.end_at], self.start,
-                                                batch_rows, batch_bytes)
+            self.start, status = _decoded(decoder.decode, self.view[:self.end_at], self.start,
+                                          batch_rows, batch_bytes)
             if status != _resultrows.MORE:
                 return status
             self._fill()

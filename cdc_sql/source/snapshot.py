@@ -20,6 +20,7 @@ All stream: memory follows the batch, not the split or the table.
 from __future__ import annotations
 
 import urllib.parse
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
@@ -294,17 +295,7 @@ def _redact(text: str, source) -> str:
 # -- binary (the compiled decoder) ------------------------------------------------------------
 def _read_binary(source, table: SourceTable, splits: list[Split], mariadb: bool,
                  batch_rows: int) -> SplitRead:
-    conn = mysql.connect(source, autocommit=False)
-    try:
-        with conn.cursor() as first:  # buffered: single-row answers read to their end
-            watermark = begin_snapshot(first, mariadb)
-            server = server_identity(first, mariadb)
-    except pymysql.err.MySQLError as exc:
-        conn.close()
-        raise mysql.explain(exc, source) from None
-    except BaseException:
-        conn.close()
-        raise
+    conn, watermark, server = _snapshot_connection(source, mariadb)
     sql, _ = _select_sql(table, splits, native=True)
     return SplitRead(watermark, _binary_batches(conn, sql, table, splits, batch_rows), "binary",
                      server, lambda: _close(conn))
@@ -326,23 +317,33 @@ def _binary_batches(conn, sql: str, table: SourceTable, splits: list[Split],
         _close(conn)
 
 
-# -- pymysql ------------------------------------------------------------------------------------
-def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool,
-                  batch_rows: int) -> SplitRead:
+def _snapshot_connection(source, mariadb: bool):
+    """A connection in a consistent snapshot, with the snapshot's watermark and the server."""
     conn = mysql.connect(source, autocommit=False)
-    cur = conn.cursor(mysql.StreamingCursor)
+    with _closed_on_failure(conn, source), conn.cursor() as first:  # buffered: read to the end
+        return conn, begin_snapshot(first, mariadb), server_identity(first, mariadb)
+
+
+@contextmanager
+def _closed_on_failure(conn, source) -> Iterator[None]:
     try:
-        with conn.cursor() as first:  # buffered: single-row answers read to their end
-            watermark = begin_snapshot(first, mariadb)
-            server = server_identity(first, mariadb)
-        sql, args = _select_sql(table, splits, native=False)
-        cur.execute(sql, args)  # bound even when there are none: the `%` above are doubled
+        yield
     except pymysql.err.MySQLError as exc:
         conn.close()
         raise mysql.explain(exc, source) from None
     except BaseException:
         conn.close()
         raise
+
+
+# -- pymysql ------------------------------------------------------------------------------------
+def _read_pymysql(source, table: SourceTable, splits: list[Split], mariadb: bool,
+                  batch_rows: int) -> SplitRead:
+    conn, watermark, server = _snapshot_connection(source, mariadb)
+    with _closed_on_failure(conn, source):
+        cur = conn.cursor(mysql.StreamingCursor)
+        sql, args = _select_sql(table, splits, native=False)
+        cur.execute(sql, args)  # bound even when there are none: the `%` above are doubled
     return SplitRead(watermark, _batches(conn, cur, table, splits, batch_rows), "pymysql",
                      server, lambda: _close(conn))
 

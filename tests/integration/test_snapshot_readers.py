@@ -121,10 +121,14 @@ def test_native_reader_errors_hide_the_password(mariadb, database, make_pipeline
     assert "cdc-secret" not in str(info.value) and "nope" in str(info.value)
 
 
-@pytest.mark.parametrize("reader", ["binary", "native", "pymysql"])
-def test_a_read_broken_off_is_a_transient_source_error(mariadb, database, make_pipeline, reader):
-    """The server restarted or the connection was killed while rows streamed: follow mode
-    waits that out, so it must arrive as a transient SourceError, never a driver traceback."""
+@pytest.mark.parametrize("reader, kill", [("binary", "CONNECTION"), ("native", "CONNECTION"),
+                                          ("pymysql", "CONNECTION"), ("binary", "QUERY"),
+                                          ("pymysql", "QUERY")])
+def test_a_read_broken_off_is_a_transient_source_error(mariadb, database, make_pipeline, reader,
+                                                       kill):
+    """The server restarted, the connection or its query was killed while rows streamed
+    (a KILL QUERY ends the result set with an error packet): follow mode waits that out, so
+    it must arrive as a transient SourceError, never a driver traceback."""
     mariadb.execute("CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(200))",
                     "INSERT INTO big SELECT seq, REPEAT('x', 200) FROM seq_1_to_300000",
                     db=database)
@@ -136,7 +140,7 @@ def test_a_read_broken_off_is_a_transient_source_error(mariadb, database, make_p
         for (connection,) in mariadb.query(
                 "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE "
                 "'%\\_cdc\\_split\\_id%' AND ID <> CONNECTION_ID()"):
-            mariadb.execute(f"KILL CONNECTION {int(connection)}")
+            mariadb.execute(f"KILL {kill} {int(connection)}")
         for _ in read.batches:
             pass
     assert info.value.transient and f"{database}.big" in str(info.value), str(info.value)
