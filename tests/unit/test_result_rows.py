@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_sql.source import result_rows
+from tests.unit.rowimages import packed_int
 from tests.unit.test_parquet_splice import bits
 
 pytestmark = pytest.mark.skipif(not result_rows.available(), reason="C decoders not built")
@@ -38,16 +39,6 @@ FIELDS = {  # name: (wire type, flags, charset, strategy of its values)
 }
 
 
-def lenenc(n: int) -> bytes:
-    if n < 251:
-        return bytes([n])
-    if n < 2**16:
-        return b"\xfc" + n.to_bytes(2, "little")
-    if n < 2**24:
-        return b"\xfd" + n.to_bytes(3, "little")
-    return b"\xfe" + n.to_bytes(8, "little")
-
-
 def encode_value(type_code: int, flags: int, value) -> bytes:
     """One value as the binary protocol sends it."""
     signed = not flags & 32
@@ -70,7 +61,7 @@ def encode_value(type_code: int, flags: int, value) -> bytes:
                                                     value.second)
         return bytes([4]) + parts
     data = value.encode() if isinstance(value, str) else value
-    return lenenc(len(data)) + data
+    return packed_int(len(data)) + data  # length-encoded, as in row images
 
 
 def packets(payloads: list[bytes]) -> bytes:
