@@ -6,7 +6,7 @@ arrive as "ProtocolBinary::ResultsetRow" packets: integers and floats as their b
 as their parts, everything else as length-encoded bytes. The socket is read in large chunks
 (`CHUNK`) into one buffer, and `cdc_sql._resultrows` decodes every whole row packet of it
 without the GIL into column buffers that become Arrow arrays, in the types the columns'
-definitions give (`arrow_type`): what the server sends, as it is. The end of the result set,
+definitions give (`arrow_field`): what the server sends, as it is. The end of the result set,
 an error packet and a row of 16 MB or more (several packets) are read here.
 
 Optional: without a C compiler the module is not built and `available()` says so."""
