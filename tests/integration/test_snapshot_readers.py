@@ -66,8 +66,8 @@ def test_readers_agree_on_every_covered_type(mariadb, database, make_pipeline):
         assert fast.schema == slow.schema, reader
         for name in fast.column_names:
             assert fast[name].to_pylist() == slow[name].to_pylist(), (reader, name)
-    native = read_all(pipeline, table, split, "binary").sort_by("id")
-    by_id = {row["id"]: row for row in native.to_pylist()}
+    binary = read_all(pipeline, table, split, "binary").sort_by("id")
+    by_id = {row["id"]: row for row in binary.to_pylist()}
     row = by_id[18446744073709551615]
     assert row["c"] == "ab" and row["v"] == "x😀y"
     assert row["tm"] == "-838:59:59.99" and row["b"] == b"a\x00\x00\x00"
@@ -109,7 +109,7 @@ def test_one_read_of_consecutive_splits_tags_each_row_with_its_split(mariadb, da
 
 
 @pytest.mark.parametrize("reader", ["binary", "native"])
-def test_native_reader_errors_hide_the_password(mariadb, database, make_pipeline, reader):
+def test_read_errors_hide_the_password(mariadb, database, make_pipeline, reader):
     pipeline = make_pipeline(f"- name: s\n  source: {database}.nope")
     from cdc_sql.source.schema import Column, SourceTable
 
