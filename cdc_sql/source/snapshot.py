@@ -68,11 +68,15 @@ def read_schema(table: SourceTable) -> pa.Schema:
 
 def native_supported(table: SourceTable) -> bool:
     """Whether connectorx can read every column exactly (with the casts below)."""
+    return connectorx_installed() and columns_native(table)
+
+
+def connectorx_installed() -> bool:
     try:
         import connectorx  # noqa: F401
     except ImportError:
         return False
-    return columns_native(table)
+    return True
 
 
 def columns_native(table: SourceTable) -> bool:
@@ -104,7 +108,7 @@ def read_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
     """Consecutive splits of one table in one consistent read and one query (`rows`: about
     how many rows they hold, None when not known)."""
     if reader == "auto":
-        reader = auto_reader(columns_native(table), native_supported(table),
+        reader = auto_reader(columns_native(table), connectorx_installed(),
                              result_rows.available(), source.ssl.enabled, rows)
     if reader == "binary":
         return _read_binary(source, table, splits, mariadb, batch_rows)
@@ -123,7 +127,7 @@ def read_splits(source, table: SourceTable, splits: list[Split], mariadb: bool,
 SMALL_READ_ROWS = 1_000
 
 
-def auto_reader(columns_ok: bool, connectorx_ok: bool, compiled: bool, tls: bool,
+def auto_reader(columns_ok: bool, connectorx: bool, compiled: bool, tls: bool,
                 rows: int | None) -> str:
     """The reader `snapshot_reader: auto` takes: none but pymysql for a read known to be small
     (SMALL_READ_ROWS) or a column the others cannot read exactly; else the binary reader where
@@ -133,7 +137,7 @@ def auto_reader(columns_ok: bool, connectorx_ok: bool, compiled: bool, tls: bool
         return "pymysql"
     if compiled:
         return "binary"
-    return "native" if connectorx_ok and not tls else "pymysql"
+    return "native" if connectorx and not tls else "pymysql"
 
 
 def read_split(source, table: SourceTable, split: Split, mariadb: bool,
@@ -210,16 +214,8 @@ def _read_native(source, table: SourceTable, splits: list[Split], mariadb: bool,
                  batch_rows: int) -> SplitRead:
     import connectorx  # optional: without it every split reads with pymysql
 
-    conn = mysql.connect(source, autocommit=False)
-    try:
-        cur = conn.cursor()
-        watermark = begin_snapshot(cur, mariadb)
-        server = server_identity(cur, mariadb)
-        conn.rollback()
-    except pymysql.err.MySQLError as exc:
-        raise mysql.explain(exc, source) from None
-    finally:
-        conn.close()
+    conn, watermark, server = _snapshot_connection(source, mariadb)
+    conn.close()  # (its snapshot ends with it) connectorx reads in a connection of its own
     sql, _ = _select_sql(table, splits, native=True)
     try:
         stream = connectorx.read_sql(

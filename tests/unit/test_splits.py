@@ -84,7 +84,7 @@ def test_files_are_clustered_when_key_ranges_are_disjoint_and_not_too_large():
 
 @given(st.booleans(), st.booleans(), st.booleans(), st.booleans(),
        st.one_of(st.none(), st.integers(0, 10**9)))
-def test_auto_reads_small_tables_and_uncovered_types_with_pymysql(columns_ok, connectorx_ok,
+def test_auto_reads_small_tables_and_uncovered_types_with_pymysql(columns_ok, connectorx,
                                                                  compiled, tls, rows):
     """`snapshot_reader: auto`: pymysql for a read known to be small (SMALL_READ_ROWS or fewer
     rows) or a column the others cannot read exactly; the binary reader where the C decoders
@@ -92,13 +92,13 @@ def test_auto_reads_small_tables_and_uncovered_types_with_pymysql(columns_ok, co
     from cdc_sql.source.snapshot import SMALL_READ_ROWS, auto_reader
 
     small = rows is not None and rows <= SMALL_READ_ROWS
-    chosen = auto_reader(columns_ok, connectorx_ok, compiled, tls, rows)
+    chosen = auto_reader(columns_ok, connectorx, compiled, tls, rows)
     if not columns_ok or small:
         assert chosen == "pymysql"
     elif compiled:
         assert chosen == "binary"
     else:
-        assert chosen == ("native" if connectorx_ok and not tls else "pymysql")
+        assert chosen == ("native" if connectorx and not tls else "pymysql")
     assert auto_reader(True, True, True, False, SMALL_READ_ROWS) == "pymysql"
     assert auto_reader(True, True, True, True, SMALL_READ_ROWS + 1) == "binary"
     assert auto_reader(True, True, False, False, SMALL_READ_ROWS + 1) == "native"
