@@ -5,10 +5,13 @@ than `binlog_batch_rows` or `binlog_batch_bytes` lands in parts, each as soon as
 hold that many changes or bytes of row images, so memory never follows a transaction's size.
 Each batch or part is written the same way:
 
-1. state first records the tables about to be written (`CaptureEntry.landing`);
+1. state first records the tables about to be written (`CaptureEntry.landing`), unless an
+   earlier batch of the pass listed them already;
 2. one bronze commit per source table touched (and one for DDL statements);
 3. after a whole batch (never after a part), state records the new position, a transaction
    boundary, with the GTID position there and the split watermarks resolved on the way.
+   The tables stay listed until the pass's last batch (`landing_after`): a pass whose
+   batches write the same tables commits state once a batch, not twice.
 
 Landing runs on a writer thread, one batch or part at a time and in the order read, while the
 reader decodes the next one (decoding and Parquet encoding overlap); at most one batch waits,
@@ -142,7 +145,7 @@ class Capture:
             caught_up = reader.position.offset >= stop_at.offset
             result.more = not caught_up and ended(landed, self.pass_bytes)
             self.flush(reader, seen_at if caught_up else reader.source_time, pending, marks,
-                       result)
+                       result, last=True)
             self.wait()
         finally:
             if self._writer is not None:  # a batch being written ends as it would have
@@ -157,8 +160,9 @@ class Capture:
         return result
 
     def flush(self, reader: BinlogReader, source_time: str | None, pending: dict,
-              marks: GtidWatermarks, result: Pass) -> None:
-        """Land a whole batch, then record its end in state with the watermarks resolved."""
+              marks: GtidWatermarks, result: Pass, last: bool = False) -> None:
+        """Land a whole batch, then record its end in state with the watermarks resolved
+        (`last`: the pass's last batch)."""
         resolved = [replace(pending[name], watermark=found.offset.text)
                     for name, found in marks.resolved.items()
                     if name in pending and not pending[name].watermark]
@@ -166,7 +170,8 @@ class Capture:
             pending[entry.name] = entry
         bypassed, reader.bypassed = reader.bypassed, []
         end = End(str(reader.position), source_time, str(reader.gtid_state),
-                  reader.in_transaction, reader.by_gtid, resolved, reader.held_state, bypassed)
+                  reader.in_transaction, reader.by_gtid, resolved, reader.held_state, bypassed,
+                  last)
         self._submit(reader.take(), end, result)
 
     def _submit(self, batch: Batch, end: End | None, result: Pass) -> None:
@@ -188,14 +193,14 @@ class Capture:
         self._land(batch, result)
         if end is None:
             return
-        if end.position == self.committed.position and not self.landing and \
+        landing = landing_after(self.landing, end.in_transaction, end.last)
+        if end.position == self.committed.position and \
+                landing == {tuple(t) for t in self.committed.landing} and \
                 not end.resolved and self.committed.server == self.server and \
                 not end.bypassed and end.held == self.committed.held:
             return
         if end.by_gtid and end.position == self.committed.position:
             return  # not a place on this server yet: nothing read here
-        # Ended inside a transaction (the connection broke): its parts stay listed.
-        landing = self.landing if end.in_transaction else set()
         requests = self._requests(end.bypassed, result)
         self._commit(CaptureEntry(position=end.position, source_time=end.source_time,
                                   gtid=end.gtid, server=self.server,
@@ -238,7 +243,16 @@ class Capture:
     def _commit(self, entry: CaptureEntry, resolved: list) -> None:
         self.state.write(entry, *resolved)
         self.committed, self.landing = entry, {tuple(t) for t in entry.landing}
-        self.state.compact_if_due()  # two state commits a batch: a long pass compacts too
+        self.state.compact_if_due()  # a state commit a batch: a long pass compacts too
+
+
+def landing_after(landing: set, in_transaction: bool, last: bool) -> set:
+    """The tables state lists as `landing` with a batch's end: those listed so far while the
+    pass goes on (its next batches write them without a commit first: a run that dies looks
+    for rows past the recorded position in each, and finds none where there are none), or
+    after its last batch none, unless it ended inside a transaction (the connection broke:
+    its parts stay listed). Pure."""
+    return set(landing) if in_transaction or not last else set()
 
 
 def ended(landed: int, pass_bytes: int) -> bool:
@@ -259,3 +273,4 @@ class End:
     resolved: list[SplitEntry]
     held: dict = field(default_factory=dict)
     bypassed: list[Bypass] = field(default_factory=list)
+    last: bool = False  # the pass's last batch

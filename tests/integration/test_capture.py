@@ -134,19 +134,19 @@ def test_small_transactions_land_whole_and_each_batch_ends_at_a_boundary(
 
 def test_a_long_capture_compacts_state_as_it_goes(mariadb, database, engine, make_pipeline,
                                                   monkeypatch):
-    """Each batch makes two state commits, and a Delta commit costs more the more files the
-    table has: a capture pass compacts the state log as it goes (COMPACT_AT lowered to 10
+    """Each batch makes a state commit, and a Delta commit costs more the more files the
+    table has: a capture pass compacts the state log as it goes (COMPACT_AT lowered to 5
     here), and what state records stays whole: capture stands at the source's end, silver
     equals the source."""
     from cdc_sql.lake import state as state_module
 
-    monkeypatch.setattr(state_module, "COMPACT_AT", 10)
+    monkeypatch.setattr(state_module, "COMPACT_AT", 5)
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", db=database)
     pipeline = make_pipeline(f"- name: t\n  source: {database}.t", binlog_batch_rows=4,
                              binlog_batch_seconds=3600)
     run(pipeline, engine)
     with mariadb.connect(database) as conn, conn.cursor() as cur:
-        for i in range(60):  # transactions of 4 changes, a batch each: 120 state commits
+        for i in range(60):  # transactions of 4 changes, a batch each: 60 state commits
             cur.execute("INSERT INTO t VALUES (%s, %s), (%s, %s)", (2 * i, i, 2 * i + 1, i))
             cur.execute("UPDATE t SET v = v + 1 WHERE id = %s", (2 * i,))
             cur.execute("DELETE FROM t WHERE id = %s", (2 * i + 1,))
@@ -157,7 +157,7 @@ def test_a_long_capture_compacts_state_as_it_goes(mariadb, database, engine, mak
     compactions = [c for c in log.history()
                    if "predicate" in c.get("operationParameters", {})]
     assert len(compactions) >= 8, compactions
-    assert len(log.file_uris()) <= 12  # 120 without compaction
+    assert len(log.file_uris()) <= 12  # 60 without compaction
     assert checkpoint(engine, pipeline).capture.offset >= end
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
 
@@ -336,6 +336,50 @@ def test_kills_between_the_parts_of_a_large_transaction_write_nothing_twice(
     assert checkpoint(engine, pipeline).capture.landing == []
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
     assert_silver_equals(engine, pipeline, "u", mariadb, f"SELECT * FROM {database}.u")
+
+
+def test_a_pass_lists_its_tables_once_and_kills_between_its_batches_write_nothing_twice(
+        mariadb, database, engine, make_pipeline):
+    """A pass of eight batches of the same two tables commits state once a batch (the tables
+    listed as landing before its first batch stay listed until its last), and runs killed
+    after a later batch's bronze commit, before its state commit, resume with every change
+    exactly once: the tables the kill left rows past the recorded position in were listed."""
+    for name in ("t", "u"):
+        mariadb.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t\n- name: u\n  source: "
+                             f"{database}.u", binlog_batch_rows=50)
+    start = binlog_end(mariadb)
+    run(pipeline, engine)
+
+    def write(first: int) -> None:  # 400 transactions, in both tables: 16 batches
+        mariadb.execute(*(f"INSERT INTO {name} VALUES ({i}, 0)"
+                          for i in range(first, first + 200) for name in ("t", "u")),
+                        db=database)
+
+    def batches() -> int:  # a bronze commit of `t` a batch
+        return DeltaTable(changes_path(pipeline.root, database, "t")).version()
+
+    write(0)
+    entries, versions = len(state_log(pipeline.root)), batches()
+    run(pipeline, engine)
+    captures = [v for kind, _, v in state_log(pipeline.root)[entries:] if kind == "capture"]
+    assert batches() - versions >= 8
+    assert len(captures) <= batches() - versions + 2, captures  # two a batch before
+    assert captures[-1]["landing"] == []
+    env = {**os.environ, "TEST_MYSQL_PASSWORD": PASSWORD}
+    for nth, first in ((3, 1000), (7, 2000), (2, 3000)):
+        write(first)
+        process = cli(pipeline, {**env, "CDC_SQL_KILL_AT": f"bronze.appended@{nth}"})
+        process.wait(timeout=120)
+        assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+        captures = [v for kind, _, v in state_log(pipeline.root) if kind == "capture"]
+        assert captures[-1]["landing"] == [[database, "t"], [database, "u"]]
+    run(pipeline, engine)
+    for name in ("t", "u"):
+        assert bronze_offsets(pipeline.root, database, name) == \
+            source_offsets(mariadb, database, name, start)
+        assert_silver_equals(engine, pipeline, name, mariadb, f"SELECT * FROM {database}.{name}")
+    assert checkpoint(engine, pipeline).capture.landing == []
 
 
 def snapshotted_with_every_pass_cut(mariadb, database, engine, make_pipeline, projected: bool):

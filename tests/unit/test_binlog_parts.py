@@ -1,5 +1,6 @@
-"""When the binlog reader lands part of an open transaction (source/binlog.lands_part), and
-when a capture pass ends (capture.ended)."""
+"""When the binlog reader lands part of an open transaction (source/binlog.lands_part), when
+a capture pass ends (capture.ended), and which tables state lists as landing after a batch
+(capture.landing_after)."""
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,3 +44,15 @@ def test_a_pass_ends_once_it_landed_its_bound_and_never_without_one(landed, boun
 
     assert ended(landed, bound) == (bound > 0 and landed >= bound)
     assert not ended(landed, 0)
+
+
+@given(st.sets(st.tuples(st.sampled_from("ab"), st.sampled_from("tuv"))), st.booleans(),
+       st.booleans())
+def test_tables_stay_listed_until_the_pass_ends_outside_a_transaction(landing, inside, last):
+    """A run that dies looks for rows past the recorded position in every table listed: the
+    listed tables may never shrink while rows could land past it."""
+    from cdc_sql.capture import landing_after
+
+    after = landing_after(landing, inside, last)
+    assert after == (set() if last and not inside else landing)
+    assert after is not landing  # the capture's own set is never shared with state's

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from cdc_sql.source import binlog_events as ev
 from cdc_sql.source import rowdecode_c
 from cdc_sql.source.charsets import TextDecoding
+from cdc_sql.source.offsets import Offset
 from cdc_sql.source.rows import ColumnSpec, TableDecoder
 from tests.unit import rowimages as raw
 
@@ -38,13 +39,14 @@ class FakeConverter:
 
 
 def decode(columns: list[ColumnSpec], rows: list[list], op: str = "c", key=(0,),
-           use_compiled: bool = False, images: list[bytes] | None = None) -> pa.RecordBatch:
+           use_compiled: bool = False, images: list[bytes] | None = None,
+           at: tuple[int, int] = (7, 1234)) -> pa.RecordBatch:
     decoder = TableDecoder("db", "t", tuple(columns), tuple(key))
     layout = [(c.type, c.meta, c.unsigned) for c in columns]
     images = images or [raw.image(layout, r) for r in rows]
     body = raw.rows_body(layout, images, op)
     builder = rowdecode_c.builder(decoder, compiled=use_compiled, converter=FakeConverter())
-    added = builder.add(body, 0, op, 7, 1234, 1_700_000_000, 0)
+    added = builder.add(body, 0, op, *at, 1_700_000_000, 0)
     if use_compiled:  # what the reader counts while workers decode (source/decoding.py)
         assert rowdecode_c.builder(decoder, True, FakeConverter()).count(body, 0, op) == added
     batch = builder.finish(["0-1-9"])
@@ -172,6 +174,18 @@ def test_contract_values(column, value, expected):
 def test_temporal_key_columns_keep_their_text(column, value, expected):
     """Zero dates are NULL in the typed column, but a key must stay unique and matchable."""
     assert one(column, value) == expected
+
+
+@pytest.mark.parametrize("at", [(0, 4), (1, 1234), (999_999, 999_999_999_999), (42, 2**32 + 5)])
+def test_offsets_are_the_references_text_at_any_file_and_position(at):
+    """`_cdc_offset` (written by the compiled decoder without printf): 12 rows of one event."""
+    columns = [spec("id", ev.T_LONG)]
+    rows = [[i] for i in range(12)]
+    reference = decode(columns, rows, "c", at=at).column("_cdc_offset").to_pylist()
+    assert reference == [Offset(*at, i).text for i in range(12)]
+    if rowdecode_c.available():
+        fast = decode(columns, rows, "c", use_compiled=True, at=at)
+        assert fast.column("_cdc_offset").to_pylist() == reference
 
 
 def test_key_changing_update_is_a_delete_then_an_insert_at_one_offset():
