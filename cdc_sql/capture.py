@@ -215,7 +215,8 @@ class Capture:
             return
         if not touched <= self.landing:  # the tables about to be written, before writing them
             self.landing |= touched
-            self.state.write(replace(self.committed, landing=sorted(map(list, self.landing))))
+            self.committed = replace(self.committed, landing=sorted(map(list, self.landing)))
+            self.state.write(self.committed)
         each(lambda item: bronze.append_changes(self.lake, self.tables[item[0]], item[1]),
              batch.tables.items())
         bronze.append_statements(self.lake, batch.statements)
