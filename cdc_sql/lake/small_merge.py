@@ -38,6 +38,7 @@ import os
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 import numpy as np
@@ -328,7 +329,8 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
     first key column (file_merge.key_ranges: enough that each range's changes fit; a file
     across two is rewritten in parts): the window's changes read from bronze once, each
     into a spill file of its range (`_spill`); then each range's changes read, the last per
-    key picked and merged in turn, every range's files in one commit (file_merge.Rewrite).
+    key picked and merged in turn (the next range picked while one is merged:
+    `_picked_ahead`), every range's files in one commit (file_merge.Rewrite).
     Memory follows a range, whatever the window's size or silver's files; silver moves from
     one boundary to the next at once. Why not, if not (nothing written stays: the engine's
     SQL takes the window)."""
@@ -345,19 +347,13 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
     started, count = time.perf_counter(), 0
     with spill_directory() as spill:
         try:
-            for (start, stop), part in zip(ranges, _spill(lake, plan, window, key[0], ranges,
-                                                          spill)):
-                if part is None:
-                    continue
-                with pa.OSFile(part) as file:
-                    changes = pa.ipc.open_file(file).read_all()
-                os.remove(part)
-                if files_bound(changes.nbytes) > MEMORY_BUDGET:
+            parts = [(bounds, part) for bounds, part in
+                     zip(ranges, _spill(lake, plan, window, key[0], ranges, spill)) if part]
+            for (start, stop), last, changes in _picked_ahead(plan, parts):
+                if last is None:
                     rewrite.abandon()
-                    return f"past the memory budget in a key range ({changes.num_rows} changes)"
-                count += changes.num_rows
-                last = last_change_per_key(semantics.arrow_changes(plan.spec, changes), key)
-                del changes
+                    return f"past the memory budget in a key range ({changes} changes)"
+                count += changes
                 rewrite.add(last, file_merge.within_range(files, start, stop), (start, stop))
                 del last
                 pa.default_memory_pool().release_unused()  # each range's blocks given back
@@ -370,6 +366,34 @@ def _merge_in_ranges(lake: Lake, plan, window: Window, silver: str,
     log.debug("silver %s: %d changes merged by rewriting files in %d key ranges in %.3fs",
               plan.spec.name, count, len(ranges), time.perf_counter() - started)
     return None
+
+
+def _picked_ahead(plan, parts: list[tuple[tuple, str]]) -> Iterator[tuple]:
+    """(key range, the last change per key of its spilled changes, how many changes) for
+    each of `parts` in order, the next range's read and picked on a thread of its own while
+    the caller merges this one (the pick is Arrow's, without Python's lock: two cores share
+    the work); None for the last changes of a range past the memory budget. Memory holds
+    two ranges at most."""
+    with ThreadPoolExecutor(1, "range") as ahead:
+        pending = None
+        for bounds, part in parts:
+            picking = ahead.submit(_picked, plan, part)
+            if pending is not None:
+                yield pending[0], *pending[1].result()
+            pending = bounds, picking
+        if pending is not None:
+            yield pending[0], *pending[1].result()
+
+
+def _picked(plan, part: str) -> tuple[pa.Table | None, int]:
+    """The last change per key of a range's spill file (then removed), and its changes."""
+    with pa.OSFile(part) as file:
+        changes = pa.ipc.open_file(file).read_all()
+    os.remove(part)
+    if files_bound(changes.nbytes) > MEMORY_BUDGET:
+        return None, changes.num_rows
+    return last_change_per_key(semantics.arrow_changes(plan.spec, changes), list(plan.key)), \
+        changes.num_rows
 
 
 SPILL_PREFIX = "cdc-sql-ranges-"

@@ -371,3 +371,47 @@ def test_a_spill_left_by_a_killed_run_is_removed_by_the_next(tmp_path, monkeypat
         assert os.path.basename(spill).startswith(f"cdc-sql-ranges-{os.getpid()}-")
         assert not left.exists() and mine.exists()
     assert not os.path.exists(spill)
+
+
+def test_each_range_is_picked_in_order_the_next_while_one_is_merged(tmp_path, monkeypatch):
+    """`_picked_ahead`: every range's spill file read once, in order, its last change per key
+    and its change count given, and removed; a range past the memory budget gives None; the
+    next range is being picked while the caller holds one (two ranges at most)."""
+    import threading
+    import time
+
+    from cdc_sql.lake import small_merge
+
+    def spill(n, keys, ops):
+        path = str(tmp_path / f"range-{n}.arrow")
+        table = pa.table({"id": pa.array(keys, pa.int32()),
+                          "_cdc_offset": [f"000001:{i:012d}:000000" for i in range(len(keys))],
+                          "_cdc_op": ops})
+        with pa.ipc.new_file(path, table.schema) as writer:
+            writer.write_table(table)
+        return path
+
+    parts = [((None, 10), spill(0, [1, 2, 1], ["c", "c", "u"])),
+             ((10, 20), spill(1, [12, 12], ["c", "d"])),
+             ((20, None), spill(2, [25], ["c"]))]
+    picking = []
+    original = small_merge._picked
+    monkeypatch.setattr(small_merge, "_picked", lambda plan, part: (
+        picking.append((part, threading.current_thread().name)), original(plan, part))[1])
+    got = []
+    for bounds, last, changes in small_merge._picked_ahead(plan(), parts):
+        got.append((bounds, sorted(zip(last["id"].to_pylist(), last["_cdc_op"].to_pylist())),
+                    changes))
+        deadline = time.monotonic() + 10  # the next one starts while this one is held
+        while len(picking) < min(len(got) + 1, 3) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(picking) == min(len(got) + 1, 3)
+    assert got == [((None, 10), [(1, "u"), (2, "c")], 3), ((10, 20), [(12, "d")], 2),
+                   ((20, None), [(25, "c")], 1)]
+    assert [p for p, _ in picking] == [p for _, p in parts]
+    assert all(name.startswith("range") for _, name in picking)
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setattr(small_merge, "MEMORY_BUDGET", 1)
+    again = [((None, None), spill(3, [1], ["c"]))]
+    assert [(b, last, n) for b, last, n in small_merge._picked_ahead(plan(), again)] == \
+        [((None, None), None, 1)]
