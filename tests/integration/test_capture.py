@@ -340,10 +340,11 @@ def test_kills_between_the_parts_of_a_large_transaction_write_nothing_twice(
 
 def test_a_pass_lists_its_tables_once_and_kills_between_its_batches_write_nothing_twice(
         mariadb, database, engine, make_pipeline):
-    """A pass of eight batches of the same two tables commits state once a batch (the tables
-    listed as landing before its first batch stay listed until its last), and runs killed
-    after a later batch's bronze commit, before its state commit, resume with every change
-    exactly once: the tables the kill left rows past the recorded position in were listed."""
+    """A pass of eight batches or more over the same two tables commits state once a batch
+    (the tables listed as landing before its first batch stay listed until its last), and
+    runs killed after a later batch's bronze commit, before its state commit, resume with
+    every change exactly once: the tables the kill left rows past the recorded position in
+    were listed."""
     for name in ("t", "u"):
         mariadb.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)", db=database)
     pipeline = make_pipeline(f"- name: t\n  source: {database}.t\n- name: u\n  source: "
@@ -351,7 +352,7 @@ def test_a_pass_lists_its_tables_once_and_kills_between_its_batches_write_nothin
     start = binlog_end(mariadb)
     run(pipeline, engine)
 
-    def write(first: int) -> None:  # 400 transactions, in both tables: 16 batches
+    def write(first: int) -> None:  # 400 transactions of a change, in both tables
         mariadb.execute(*(f"INSERT INTO {name} VALUES ({i}, 0)"
                           for i in range(first, first + 200) for name in ("t", "u")),
                         db=database)
