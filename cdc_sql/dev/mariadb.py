@@ -64,11 +64,17 @@ class MariaDB:
         data = self.root / "data"
         self.port = self.port or _free_port()
         run_as_root = ["--user=root"] if os.geteuid() == 0 else []
-        subprocess.run(
+        # its own tmpdir, as the server's below: two bootstraps at once in a shared /tmp
+        # deleted each other's temporary tables ("Unknown table 'mysql.tmp_user_sys'")
+        installed = subprocess.run(
             [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={data}",
-             "--auth-root-authentication-method=normal", "--skip-test-db", *run_as_root],
-            check=True, capture_output=True,
+             f"--tmpdir={self.root}", "--auth-root-authentication-method=normal",
+             "--skip-test-db", *run_as_root],
+            capture_output=True, text=True,
         )
+        if installed.returncode != 0:
+            raise RuntimeError(f"mariadb-install-db exited with {installed.returncode}:\n"
+                               f"{(installed.stdout + installed.stderr)[-2000:]}")
         self._launch()
         self._wait_ready(timeout)
         with pymysql.connect(unix_socket=self.socket_path, user="root", autocommit=True) as conn:
