@@ -81,6 +81,12 @@ class Capture:
         self._writer: ThreadPoolExecutor | None = None  # lands batches, one at a time, in order
         self._landed = None  # the future of the batch being written
 
+    @property
+    def landing(self) -> set:
+        """The tables the last state commit lists as landing: where a run that starts again
+        looks for rows past its position."""
+        return {tuple(t) for t in self.committed.landing}
+
     def run(self, checkpoint, start: Position, stop_at: Position, seen_at: str,
             gtid: str = "", by_gtid: bool = False, base: int = 0) -> Pass:
         """Capture from `start` (the recorded position, or the lowest watermark) to `stop_at`;
@@ -88,11 +94,11 @@ class Capture:
         than the one `start` is a place on; read from the GTID position `gtid` there, its
         files numbered from `base` on."""
         saved = checkpoint.capture
+        if by_gtid and saved and saved.landing:  # rows landed past `start` on the old server:
+            bronze.drop_after(self.lake, sorted(map(tuple, saved.landing)), start.offset)
+            saved = replace(saved, landing=[])  # read again here
+            self.state.write(saved)
         landing = {tuple(t) for t in saved.landing} if saved else set()
-        if by_gtid and landing:  # rows landed past `start` on the old server: read again here
-            bronze.drop_after(self.lake, sorted(landing), start.offset)
-            landing = set()
-            self.state.write(replace(saved, landing=[]))
         skip = bronze.landed_after(self.lake, sorted(landing), start.offset) if landing else {}
         result = Pass(started_at=start.offset.text)
         # Rows an earlier run landed past `start` are this window's changes too: those tables
@@ -102,8 +108,7 @@ class Capture:
                                             else landing) if db)
         self.committed = saved if saved and saved.position == str(start) else \
             CaptureEntry(position=str(start), gtid=gtid, server=self.server,
-                         held=saved.held if saved else {})
-        self.landing = landing
+                         held=saved.held if saved else {}, landing=sorted(map(list, landing)))
         if start.offset >= stop_at.offset and not skip and not by_gtid:
             if not saved or saved.position != str(start) or landing or \
                     saved.server != self.server:
@@ -194,8 +199,7 @@ class Capture:
         if end is None:
             return
         landing = landing_after(self.landing, end.in_transaction, end.last)
-        if end.position == self.committed.position and \
-                landing == {tuple(t) for t in self.committed.landing} and \
+        if end.position == self.committed.position and landing == self.landing and \
                 not end.resolved and self.committed.server == self.server and \
                 not end.bypassed and end.held == self.committed.held:
             return
@@ -214,8 +218,8 @@ class Capture:
         if not touched:
             return
         if not touched <= self.landing:  # the tables about to be written, before writing them
-            self.landing |= touched
-            self.committed = replace(self.committed, landing=sorted(map(list, self.landing)))
+            self.committed = replace(self.committed,
+                                     landing=sorted(map(list, self.landing | touched)))
             self.state.write(self.committed)
         each(lambda item: bronze.append_changes(self.lake, self.tables[item[0]], item[1]),
              batch.tables.items())
@@ -243,7 +247,7 @@ class Capture:
 
     def _commit(self, entry: CaptureEntry, resolved: list) -> None:
         self.state.write(entry, *resolved)
-        self.committed, self.landing = entry, {tuple(t) for t in entry.landing}
+        self.committed = entry
         self.state.compact_if_due()  # a state commit a batch: a long pass compacts too
 
 

@@ -34,7 +34,7 @@ class Reader:
 def test_flush_commits_resolved_watermarks_with_the_position():
     state = Recorder()
     capture = Capture(None, state, None, [], mariadb=False, matches=None)
-    capture.committed, capture.landing = CaptureEntry(position="binlog.000004:4"), set()
+    capture.committed = CaptureEntry(position="binlog.000004:4")
     pending = {"d.t#0": SplitEntry("d.t", 0, status="done", watermark_gtid=f"{U}:1-3"),
                "d.t#1": SplitEntry("d.t", 1, status="done", watermark_gtid=f"{U}:1-9")}
     marks = GtidWatermarks({n: GtidSet.parse(s.watermark_gtid) for n, s in pending.items()})
