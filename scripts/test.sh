@@ -22,7 +22,7 @@ took() { echo "== ($SECONDS s)"; }
 export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} -XX:G1HeapRegionSize=16m"
 
 if [ "${1:-}" = "by-hand" ]; then
-  # What CI leaves out to keep inside 30 minutes on 2 cores (docs/engines.md, "Run by hand"),
+  # What CI leaves out to keep inside 30 minutes on 2 cores (docs/engines.md says which),
   # on the engine and store each was cut from: the rest of the pipeline tests on JVM Spark +
   # Delta (each killed run starts a JVM of its own: an hour or more), then on an s3:// lake.
   shift
