@@ -12,6 +12,7 @@ import pytest
 from tests.integration.helpers import (assert_silver_equals, checkpoint, run, run_crashing_at,
                                        runs_killed_at, silver_path, state_log)
 from tests.integration.writer import RandomWriter
+from tests.objstores import STORE
 
 pytestmark = pytest.mark.integration
 
@@ -183,6 +184,7 @@ def test_a_kill_after_an_in_process_merge_replays_the_window(mariadb, database, 
     assert_silver_equals(engine, pipeline, "items", mariadb, f"SELECT * FROM {database}.items")
 
 
+@pytest.mark.skipif(bool(STORE), reason="lists silver's files on a local lake")
 @pytest.mark.parametrize("point", ["silver.staged", "silver.merged"])
 def test_a_window_past_the_budget_is_merged_in_key_ranges_through_crashes(
         mariadb, database, engine, make_pipeline, monkeypatch, point):
