@@ -98,7 +98,11 @@ class Capture:
             bronze.drop_after(self.lake, sorted(map(tuple, saved.landing)), start.offset)
             saved = replace(saved, landing=[])  # read again here
             self.state.write(saved)
-        landing = {tuple(t) for t in saved.landing} if saved else set()
+        self.committed = saved if saved and saved.position == str(start) else \
+            CaptureEntry(position=str(start), gtid=gtid, server=self.server,
+                         held=saved.held if saved else {},
+                         landing=list(saved.landing) if saved else [])
+        landing = self.landing
         skip = bronze.landed_after(self.lake, sorted(landing), start.offset) if landing else {}
         result = Pass(started_at=start.offset.text)
         # Rows an earlier run landed past `start` are this window's changes too: those tables
@@ -106,9 +110,6 @@ class Capture:
         result.changed_tables.update(
             f"{db}.{name}" for db, name in (self.tables if bronze.STATEMENTS in landing
                                             else landing) if db)
-        self.committed = saved if saved and saved.position == str(start) else \
-            CaptureEntry(position=str(start), gtid=gtid, server=self.server,
-                         held=saved.held if saved else {}, landing=sorted(map(list, landing)))
         if start.offset >= stop_at.offset and not skip and not by_gtid:
             if not saved or saved.position != str(start) or landing or \
                     saved.server != self.server:

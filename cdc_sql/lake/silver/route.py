@@ -98,11 +98,11 @@ IN_PROCESS_RULE = (
     f"bronze; else through the engine's SQL below (engine.sql_only forces that)")
 
 
-def engine_wanted(lake: Lake, plans: list[SilverPlan]) -> bool:
-    """Whether some table's windows go through the engine whatever their size, so that it is
-    worth starting while the source is read. Otherwise it starts on first use, if ever: a run
-    of plain tables on a local path seldom needs it (a window past the memory budget, a DDL)."""
-    return any(not lake.local or not route(plan, None, lake).in_process for plan in plans)
+def engine_merges(lake: Lake, plans: list[SilverPlan]) -> bool:
+    """Whether some table's windows go through the engine whatever their size. Otherwise the
+    engine merges a window only where its facts say so (a DDL, a protocol delta-rs cannot
+    write, an object store's first batch past small_merge.SNAPSHOT_BYTES)."""
+    return any(not route(plan, None, lake).in_process for plan in plans)
 
 
 def made_of_bronze(lake: Lake, plans: list[SilverPlan]) -> dict[str, list[first_version.Target]]:
