@@ -17,19 +17,17 @@ def test_a_capture_pass_with_nothing_to_read_starts_no_engine():
     assert not early_for_capture(False, here, Position("binlog.000003", 4))
 
 
-@pytest.mark.parametrize("local", [True, False], ids=["local", "object-store"])
 @pytest.mark.parametrize("schema", ["", "cdc"])
-@pytest.mark.parametrize("merges", [False, True])
+@pytest.mark.parametrize("wanted", [False, True])
 def test_the_engine_starts_early_and_bounds_passes_where_it_merges(monkeypatch, schema,
-                                                                      merges, local):
-    """A catalog schema, a lake off this machine or a table whose windows the engine merges
-    starts it early; only the last bounds a capture pass by engine.window_bytes (a plain
-    table's pass on an object store is not cut); the plans' routes walked once."""
+                                                                      wanted):
+    """A catalog schema or a table whose windows the engine merges starts it early; only the
+    latter bounds a capture pass by engine.window_bytes; the plans' routes walked once."""
     walks = []
-    monkeypatch.setattr(engine_policy.route, "engine_merges",
-                        lambda lake, plans: walks.append(plans) or merges)
+    monkeypatch.setattr(engine_policy.route, "engine_wanted",
+                        lambda lake, plans: walks.append(plans) or wanted)
     pipeline = SimpleNamespace(target=SimpleNamespace(schema=schema),
                                engine=SimpleNamespace(window_bytes=4096))
-    policy = engine_policy.decide(pipeline, SimpleNamespace(local=local), ["plan"])
-    assert policy == (bool(schema) or not local or merges, 4096 if merges else 0)
+    policy = engine_policy.decide(pipeline, object(), ["plan"])
+    assert policy == (bool(schema) or wanted, 4096 if wanted else 0)
     assert walks == [["plan"]]

@@ -98,11 +98,14 @@ IN_PROCESS_RULE = (
     f"bronze; else through the engine's SQL below (engine.sql_only forces that)")
 
 
-def engine_merges(lake: Lake, plans: list[SilverPlan]) -> bool:
-    """Whether some table's windows go through the engine whatever their size. Otherwise the
-    engine merges a window only where its facts say so (a DDL, a protocol delta-rs cannot
-    write, an object store's first batch past small_merge.SNAPSHOT_BYTES)."""
-    return any(not route(plan, None, lake).in_process for plan in plans)
+def engine_wanted(lake: Lake, plans: list[SilverPlan]) -> bool:
+    """Whether some table's windows go through the engine whatever their size, or may go
+    through it by their size alone: in an object store, a window past the memory budget does
+    (its key ranges are rewritten in this process only on a local path, small_merge). Then it
+    is worth starting while the source is read, and a capture pass is bounded for it.
+    Otherwise it starts on first use, if ever: a run of plain tables on a local path seldom
+    needs it (a DDL, a protocol delta-rs cannot write)."""
+    return any(not lake.local or not route(plan, None, lake).in_process for plan in plans)
 
 
 def made_of_bronze(lake: Lake, plans: list[SilverPlan]) -> dict[str, list[first_version.Target]]:
