@@ -1,4 +1,5 @@
 """When the engine starts (run/engine_policy.py)."""
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -31,3 +32,26 @@ def test_the_engine_starts_early_and_bounds_passes_where_it_merges(monkeypatch, 
     policy = engine_policy.decide(pipeline, object(), ["plan"])
     assert policy == (bool(schema) or wanted, 4096 if wanted else 0)
     assert walks == [["plan"]]
+
+
+def test_an_object_store_lake_bounds_passes_of_plain_tables_too(tmp_path):
+    """On a local path a plain table's window past the memory budget is rewritten here in key
+    ranges, so its capture passes need no bound; in an object store that window goes through
+    the engine (files are rewritten here only on a local path), whose memory follows it: the
+    engine is wanted, and passes are cut at engine.window_bytes."""
+    from cdc_sql.lake.lake import Lake
+    from cdc_sql.lake.silver import route
+    from cdc_sql.lake.small_merge import _rewritable
+    from tests.unit.test_layout import _orders_plan
+
+    plain = _orders_plan(())
+    with_history = replace(plain, spec=replace(plain.spec, history=True))
+    local, store = Lake(None, str(tmp_path), None), Lake(None, "s3://bucket/lake", None)
+    assert not route.engine_wanted(local, [plain])
+    assert route.engine_wanted(local, [plain, with_history])
+    assert route.engine_wanted(store, [plain])
+    assert not _rewritable(store, store.silver_path("orders"))
+    pipeline = SimpleNamespace(target=SimpleNamespace(schema=""),
+                               engine=SimpleNamespace(window_bytes=4096))
+    assert engine_policy.decide(pipeline, store, [plain]) == (True, 4096)
+    assert engine_policy.decide(pipeline, local, [plain]) == (False, 0)
