@@ -119,6 +119,7 @@ CDC_SQL_TEST_STORE=s3 .venv/bin/python -m pytest -q \
   "$I/test_cascades.py::test_a_kill_after_the_merge_replays_the_same_cascades[silver.merged]" \
   $I/test_verify.py::test_every_type_family_checksums_equal_and_one_changed_value_is_named \
   $I/test_crash.py::test_a_kill_after_an_in_process_merge_replays_the_window \
+  $I/test_crash.py::test_a_window_past_the_budget_is_merged_in_key_ranges_through_crashes \
   -k "not (startup_latest or binlog_rotation or snapshot_only_reads or declared_key)"
 took
 

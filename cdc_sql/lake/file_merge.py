@@ -1,5 +1,7 @@
-"""A window of wide rows MERGEd into a local silver table by rewriting, a few rows at a time,
-the files its changes touch (lake/small_merge.py says when).
+"""A window MERGEd into silver by rewriting, a few rows at a time, the files its changes touch
+(lake/small_merge.py says when: wide rows, a small silver, a window past the memory budget). The
+files are read and written through `parquet_files.table_files`: a local disk or an object store
+alike.
 
 delta-rs's MERGE (DataFusion) moves rows in batches of 8,192 and holds the files it rewrites
 until it knows which changed: with rows of megabytes (LONGTEXT, LONGBLOB, JSON) a batch is a
@@ -28,28 +30,26 @@ rows), a row group read and one written; silver's size does not count.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cdc_sql.lake.parquet_files import Files
+from cdc_sql.lake.parquet_files import Files, table_files
 
 _SOURCE, _TARGET = "__cdc_source_row", "__cdc_target_row"
 
 
 def merge(tables, path: str, changes: pa.Table, key: list[str]) -> int:
     """MERGE the last change per key (`changes`: silver's columns and `_cdc_remove`) into
-    the local Delta table at `path`; the files rewritten (0: nothing changed, no commit)."""
+    the Delta table at `path`; the files rewritten (0: nothing changed, no commit)."""
     rewrite = Rewrite(tables, path, key)
     rewrite.add(changes)
     return rewrite.commit()
 
 
 class Rewrite:
-    """One MERGE into the local Delta table at `path`, carried out in parts (`add`: the last
+    """One MERGE into the Delta table at `path`, carried out in parts (`add`: the last
     changes per key of a part, all within a range of the first key column, and the files
     they may touch) and committed once (`commit`): memory follows a part. A file reaching
     past a part's range is rewritten by that part only within it; the rest of its rows are
@@ -58,6 +58,7 @@ class Rewrite:
     def __init__(self, tables, path: str, key: list[str]):
         self.tables, self.path, self.key = tables, path, key
         self.schema = tables.schema(path)
+        self.files = table_files(path)
         self.removed: dict[str, None] = {}  # the files rewritten (in order, each once)
         self.parted: dict[str, list[tuple]] = {}  # a file rewritten in parts: their ranges
         self.added: list = []
@@ -80,8 +81,7 @@ class Rewrite:
                 continue
             # a file reaching past the range: only its row groups that meet it (a key's
             # row groups are known by their statistics: a file is written in key order)
-            parquet, part = pq.ParquetFile(os.path.join(self.path, name)), \
-                reaches_past(low, high, *within)
+            parquet, part = self._open(name), reaches_past(low, high, *within)
             groups = groups_meeting(_spans(parquet, key[0]), *within) if part else None
             columns = [*key, "_cdc_offset"]  # in silver's types (delta-rs writes string_view)
             narrow = _conformed(_read(parquet, groups, columns),
@@ -96,10 +96,10 @@ class Rewrite:
                                     changes["_cdc_remove"]))
         if not rewritten and not pc.any(inserted).as_py():
             return
-        written = Files(self.path, schema)
+        written = Files(self.path, schema, self.files)
         for name, later, part, groups in rewritten:
             start = 0  # the file's rows are read in the order the pass above found them
-            for batch in _batches(os.path.join(self.path, name), schema, groups):
+            for batch in _batches(self._open(name), schema, groups):
                 inside = _in_ranges(batch[key[0]], [within]) if part else None
                 for rows in _merged(batch, _within(later, start, batch.num_rows), changes,
                                     schema, inside):
@@ -119,11 +119,11 @@ class Rewrite:
     def finish(self) -> None:
         """Each file rewritten in parts: its rows outside every part's range that rewrote
         it, written as they are."""
-        written = Files(self.path, self.schema)
+        written = Files(self.path, self.schema, self.files)
         for name, ranges in self.parted.items():
-            file = os.path.join(self.path, name)
-            for batch in _batches(file, self.schema, groups_outside(
-                    _spans(pq.ParquetFile(file), self.key[0]), ranges)):
+            parquet = self._open(name)
+            for batch in _batches(parquet, self.schema, groups_outside(
+                    _spans(parquet, self.key[0]), ranges)):
                 rest = batch.filter(pc.invert(_in_ranges(batch[self.key[0]], ranges)))
                 if rest.num_rows:
                     written.write(rest)
@@ -143,8 +143,12 @@ class Rewrite:
     def abandon(self) -> None:
         """The files written so far removed (none is in the table's log)."""
         for action in self.added:
-            os.remove(os.path.join(self.path, action.path))
+            self.files.delete_file(action.path)
         self.added = []
+
+    def _open(self, name: str) -> pq.ParquetFile:
+        """A file of the table (its name relative to it, as the log has it)."""
+        return pq.ParquetFile(self.files.open_input_file(name))
 
 
 def key_ranges(low: int, high: int, parts: int) -> list[tuple[int | None, int | None]]:
@@ -234,10 +238,9 @@ def _later(found: pa.Table, target, changes: pa.Table) -> pa.ChunkedArray:
                       pc.take(target.column("_cdc_offset"), found[_TARGET]))
 
 
-def _batches(file: str, schema: pa.Schema, groups: list[int] | None = None):
+def _batches(parquet: pq.ParquetFile, schema: pa.Schema, groups: list[int] | None = None):
     """A file's rows a row group at a time (pyarrow decodes one whole anyway; lake/parquet_files.py
     cuts them at ROW_GROUP_BYTES), in silver's columns; `groups`: only those."""
-    parquet = pq.ParquetFile(file)
     names = [n for n in schema.names if n in parquet.schema_arrow.names]
     for group in range(parquet.metadata.num_row_groups) if groups is None else groups:
         yield from _conformed(parquet.read_row_group(group, columns=names), schema).to_batches()

@@ -1,4 +1,5 @@
-"""Parquet files written here and committed to a local Delta table as one commit of add actions.
+"""Parquet files written here and committed to a Delta table as one commit of add actions (a
+local one, or any, through delta-rs's storage: `table_files`).
 
 delta-rs's own writer holds a large table's worth of memory to write it, and Sail's as much; and
 it takes more CPU than pyarrow's (docs/performance.md, "Measurements behind the code"), which a
@@ -26,7 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
 import pyarrow as pa
+import pyarrow.fs
 import pyarrow.parquet as pq
+
+from cdc_sql.location import Location
 
 ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: see tables.writer_properties
 # ... and a row group holds at most this many bytes of Arrow values: a reader decodes a whole
@@ -77,11 +81,24 @@ def write_files(path: str, schema: pa.Schema, stream: Iterable[pa.RecordBatch]) 
     return files.close()
 
 
-class Files:
-    """Batches written, as they come, into files of about TARGET_ROWS rows under `path`."""
+def table_files(path: str) -> pyarrow.fs.FileSystem:
+    """The files of the Delta table at `path` (names relative to it, as its log has them): the
+    local disk, or an object store through delta-rs's own storage, with the settings delta-rs
+    reads from the environment (docs/operations.md, "Object storage")."""
+    if Location.of(path).local:
+        return pyarrow.fs.SubTreeFileSystem(str(path), pyarrow.fs.LocalFileSystem())
+    from deltalake.fs import DeltaStorageHandler
 
-    def __init__(self, path: str, schema: pa.Schema):
+    return pyarrow.fs.PyFileSystem(DeltaStorageHandler(str(path)))
+
+
+class Files:
+    """Batches written, as they come, into files of about TARGET_ROWS rows under `path`
+    (`files`: its `table_files`, if known)."""
+
+    def __init__(self, path: str, schema: pa.Schema, files: pyarrow.fs.FileSystem | None = None):
         self.path, self.schema = path, schema
+        self.files = files or table_files(path)
         self.actions: list = []
         self._writer, self._name, self._stats = None, "", None
 
@@ -89,7 +106,7 @@ class Files:
         if self._writer is None:
             self._name = f"part-{uuid.uuid4()}.snappy.parquet"
             self._writer = pq.ParquetWriter(  # Snappy: tables.writer_properties says why
-                os.path.join(self.path, self._name), self.schema, compression="snappy",
+                self._name, self.schema, filesystem=self.files, compression="snappy",
                 use_dictionary=[n for n in REPEATING if n in self.schema.names])
             self._stats = Stats(self.schema)
         self._writer.write_batch(batch, row_group_size=row_group_rows(batch))
@@ -108,10 +125,10 @@ class Files:
 
         self._writer.close()
         self._writer = None
-        path = os.path.join(self.path, self._name)
-        self.actions.append(AddAction(self._name, os.path.getsize(path), {},
-                                      int(time.time() * 1000), True,
-                                      self._stats.json(pq.read_metadata(path))))
+        size = self.files.get_file_info(self._name).size
+        footer = pq.read_metadata(self._name, filesystem=self.files)
+        self.actions.append(AddAction(self._name, size, {}, int(time.time() * 1000), True,
+                                      self._stats.json(footer)))
 
 
 def row_group_rows(batch: pa.RecordBatch) -> int:

@@ -26,7 +26,7 @@ Windows that need anything more go through the engine's SQL (which finds silver 
 this module created it): a DDL statement or TRUNCATE in the window, bronze or silver columns
 that differ from the source's (a schema change being carried out), temporal key columns, keys
 that may be NULL, decimals wider than 64 bits (whose statistics delta-rs's MERGE writes
-wrong) unless silver's files are rewritten here (a local path, no change data feed), a
+wrong) unless silver's files are rewritten here (on a local path, no change data feed), a
 re-snapshot, a table delta-rs cannot write (a feature it lacks), work past the budget, a large
 snapshot in an object store, or a lake whose tables the engine alone reaches (`spark_tables.SparkTables`).
 """
@@ -62,7 +62,7 @@ MERGE_PER_SILVER_BYTE = 9
 # delta-rs's MERGE moves rows in batches of 8,192 and holds the files it rewrites: past this
 # many Arrow bytes a row, one batch alone passes the budget, however well the values compress
 # (a 300 MB table in 15 MB of Parquet took 1.05 GB). Windows of rows this wide are merged by
-# rewriting silver's touched files a few rows at a time (lake/file_merge.py), on a local path.
+# rewriting silver's touched files a few rows at a time (lake/file_merge.py).
 WIDE_ROW_BYTES = MEMORY_BUDGET // 8192
 # lake/file_merge.py holds narrow changes about twice over (their keys and row numbers joined
 # with each file's, the rows each file's changes replace): measured in docs/performance.md.
@@ -472,11 +472,19 @@ def range_count(estimate: int) -> int:
     return max(1, -(-estimate // RANGE_BYTES))
 
 
+def any_size(plan) -> bool:
+    """Whether a window of this plain table is merged here whatever its size: past the budget
+    by rewriting silver's files in key ranges (`_merge_in_ranges`), which takes an integer
+    first key column and a table without a change data feed (a rewrite of files writes none).
+    Else such a window goes through the engine's SQL, whose memory follows it. Pure."""
+    return not plan.spec.change_data_feed and \
+        pa.types.is_integer(silver_schema(plan).field(plan.key[0]).type)
+
+
 def _rewritable(lake: Lake, silver: str) -> bool:
-    """Whether lake/file_merge.py may MERGE into silver: a local table that keeps no change
-    data feed (delta-rs's MERGE writes the feed's rows; a rewrite of files would not)."""
-    return lake.local and \
-        lake.tables.properties(silver).get(layout.CHANGE_DATA_FEED, "").lower() != "true"
+    """Whether lake/file_merge.py may MERGE into silver: a table that keeps no change data
+    feed (delta-rs's MERGE writes the feed's rows; a rewrite of files would not)."""
+    return lake.tables.properties(silver).get(layout.CHANGE_DATA_FEED, "").lower() != "true"
 
 
 def silver_schema(plan) -> pa.Schema:

@@ -407,10 +407,7 @@ def test_a_pass_ends_past_the_engines_window_bytes_and_the_run_goes_on(
     goes on to the position the run saw at start. The engine's memory follows a window; a
     window merged in this process is read in key ranges, so a plain table's pass is not cut."""
     from tests.integration.helpers import silver_path
-    from tests.objstores import STORE
 
-    if STORE and not projected:  # a window past the budget goes through the engine there
-        pytest.skip("every pass is cut on an object store (route.engine_wanted)")
     pipeline = snapshotted_with_every_pass_cut(mariadb, database, engine, make_pipeline,
                                                projected)
     first = DeltaTable(silver_path(pipeline, "t")).version()

@@ -1,5 +1,4 @@
 """When the engine starts (run/engine_policy.py)."""
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -18,40 +17,56 @@ def test_a_capture_pass_with_nothing_to_read_starts_no_engine():
     assert not early_for_capture(False, here, Position("binlog.000003", 4))
 
 
+@pytest.mark.parametrize("local", [True, False], ids=["local", "object-store"])
 @pytest.mark.parametrize("schema", ["", "cdc"])
-@pytest.mark.parametrize("wanted", [False, True])
-def test_the_engine_starts_early_and_bounds_passes_where_it_merges(monkeypatch, schema,
-                                                                      wanted):
-    """A catalog schema or a table whose windows the engine merges starts it early; only the
-    latter bounds a capture pass by engine.window_bytes; the plans' routes walked once."""
+@pytest.mark.parametrize("always, by_size", [(False, False), (True, False), (False, True)])
+def test_the_engine_starts_early_and_bounds_passes_where_it_merges(monkeypatch, schema, local,
+                                                                      always, by_size):
+    """A catalog schema, a lake off this machine or a table whose windows the engine merges
+    starts it early; a pass is bounded by engine.window_bytes wherever the engine may merge a
+    window of any size (all of a table's, or a plain table's past the memory budget); the
+    plans' routes walked once."""
     walks = []
-    monkeypatch.setattr(engine_policy.route, "engine_wanted",
-                        lambda lake, plans: walks.append(plans) or wanted)
+    monkeypatch.setattr(engine_policy.route, "engine_use", lambda lake, plans: walks.append(
+        plans) or engine_policy.route.EngineUse(always, by_size))
     pipeline = SimpleNamespace(target=SimpleNamespace(schema=schema),
                                engine=SimpleNamespace(window_bytes=4096))
-    policy = engine_policy.decide(pipeline, object(), ["plan"])
-    assert policy == (bool(schema) or wanted, 4096 if wanted else 0)
+    policy = engine_policy.decide(pipeline, SimpleNamespace(local=local), ["plan"])
+    assert policy == (bool(schema) or not local or always, 4096 if always or by_size else 0)
     assert walks == [["plan"]]
 
 
-def test_an_object_store_lake_bounds_passes_of_plain_tables_too(tmp_path):
-    """On a local path a plain table's window past the memory budget is rewritten here in key
-    ranges, so its capture passes need no bound; in an object store that window goes through
-    the engine (files are rewritten here only on a local path), whose memory follows it: the
-    engine is wanted, and passes are cut at engine.window_bytes."""
+def _plan(key_type: str = "bigint", change_data_feed: bool = False, history: bool = False):
+    from cdc_sql.config.model import Table
+    from cdc_sql.lake.silver.plan import plan_silver
+    from cdc_sql.source.schema import Column, SourceTable
+
+    source = SourceTable("shop", "orders", (Column("id", key_type, key_type, 19, 0, None, None),
+                                            Column("amount", "int", "int", 10, 0, None, None)),
+                         ("id",))
+    spec = Table(name="orders", source="shop.orders", change_data_feed=change_data_feed,
+                 history=history)
+    return plan_silver(spec, [source], "p.yaml", 0)
+
+
+@pytest.mark.parametrize("where", ["local", "s3://bucket/lake"])
+def test_passes_are_bounded_where_a_window_of_any_size_may_reach_the_engine(tmp_path, where):
+    """A plain table's window past the memory budget is merged here in key ranges of an
+    integer first key column, on a local path or in an object store alike: no bound. A table
+    with a change data feed (a rewrite of files writes none), or keyed by text, sends such a
+    window through the engine, whose memory follows it: passes are cut at
+    engine.window_bytes, as for a table whose windows all go through the engine."""
     from cdc_sql.lake.lake import Lake
     from cdc_sql.lake.silver import route
-    from cdc_sql.lake.small_merge import _rewritable
-    from tests.unit.test_layout import _orders_plan
 
-    plain = _orders_plan(())
-    with_history = replace(plain, spec=replace(plain.spec, history=True))
-    local, store = Lake(None, str(tmp_path), None), Lake(None, "s3://bucket/lake", None)
-    assert not route.engine_wanted(local, [plain])
-    assert route.engine_wanted(local, [plain, with_history])
-    assert route.engine_wanted(store, [plain])
-    assert not _rewritable(store, store.silver_path("orders"))
+    lake = Lake(None, str(tmp_path) if where == "local" else where, None)
+    plain = _plan()
+    assert route.engine_use(lake, [plain]) == (False, False)
+    assert route.engine_use(lake, [plain, _plan(change_data_feed=True)]) == (False, True)
+    assert route.engine_use(lake, [_plan("varchar")]) == (False, True)
+    assert route.engine_use(lake, [plain, _plan(history=True)]) == (True, False)
     pipeline = SimpleNamespace(target=SimpleNamespace(schema=""),
                                engine=SimpleNamespace(window_bytes=4096))
-    assert engine_policy.decide(pipeline, store, [plain]) == (True, 4096)
-    assert engine_policy.decide(pipeline, local, [plain]) == (False, 0)
+    assert engine_policy.decide(pipeline, lake, [plain]) == (where != "local", 0)
+    assert engine_policy.decide(pipeline, lake, [_plan(change_data_feed=True)]) == \
+        (where != "local", 4096)

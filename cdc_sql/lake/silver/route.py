@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from cdc_sql import engine
 from cdc_sql.config import layout
@@ -98,14 +99,20 @@ IN_PROCESS_RULE = (
     f"bronze; else through the engine's SQL below (engine.sql_only forces that)")
 
 
-def engine_wanted(lake: Lake, plans: list[SilverPlan]) -> bool:
-    """Whether some table's windows go through the engine whatever their size, or may go
-    through it by their size alone: in an object store, a window past the memory budget does
-    (its key ranges are rewritten in this process only on a local path, small_merge). Then it
-    is worth starting while the source is read, and a capture pass is bounded for it.
-    Otherwise it starts on first use, if ever: a run of plain tables on a local path seldom
-    needs it (a DDL, a protocol delta-rs cannot write)."""
-    return any(not lake.local or not route(plan, None, lake).in_process for plan in plans)
+class EngineUse(NamedTuple):
+    """How the engine merges a run's windows, as far as known before any run."""
+    always: bool  # some table's windows go through it whatever their size
+    by_size: bool  # some plain table's window past the memory budget does (small_merge.any_size)
+
+
+def engine_use(lake: Lake, plans: list[SilverPlan]) -> EngineUse:
+    """Whether some table's windows go through the engine whatever their size (then it is
+    worth starting while the source is read), and whether some plain table's may by their
+    size alone. Otherwise a run of plain tables seldom needs it (a DDL, a protocol delta-rs
+    cannot write). Each plan's route taken once."""
+    here = [route(plan, None, lake).in_process for plan in plans]
+    return EngineUse(not all(here),
+                     any(h and not small_merge.any_size(plan) for h, plan in zip(here, plans)))
 
 
 def made_of_bronze(lake: Lake, plans: list[SilverPlan]) -> dict[str, list[first_version.Target]]:
