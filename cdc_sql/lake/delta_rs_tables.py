@@ -62,16 +62,16 @@ class DeltaRsWrites:
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
-        """Rows into a local table of the same columns are written by pyarrow and committed
-        through the open table (lake/parquet_files.py: less CPU than delta-rs's writer for
-        bronze's large change commits), unless they are a list of less than SMALL_APPEND bytes
-        (a state commit, a small table's changes), for which delta-rs's writer is the quicker.
+        """Rows into a table of the same columns are written by pyarrow and committed through
+        the open table (lake/parquet_files.py: less CPU than delta-rs's writer for bronze's
+        large change commits; in an object store through delta-rs's storage), unless they are
+        a list of less than SMALL_APPEND bytes (a state commit, a small table's changes), for
+        which delta-rs's writer is the quicker.
         Others are written by delta-rs: a list through the open table, a stream opening it
         itself. Figures: docs/performance.md ("Writing bronze")."""
         exists = self.exists(path)
         small = isinstance(batches, list) and sum(b.nbytes for b in batches) < tables.SMALL_APPEND
-        if exists and schema_mode is None and not small and Location.of(path).local and \
-                self.schema(path) == schema:
+        if exists and schema_mode is None and not small and self.schema(path) == schema:
             self._append_files(path, batches, schema)
             return
         if not isinstance(batches, list) or not exists:
@@ -126,20 +126,15 @@ class DeltaRsWrites:
                             streams: list[Callable[[], Iterable[pa.RecordBatch]]],
                             properties: dict | None = None) -> None:
         """Create the table with the rows of `streams` (each opened when called), in one
-        commit: written in parallel by pyarrow on a local path (lake/parquet_files.py), else
-        streamed through delta-rs (all opened first: no delta-rs call from inside its write).
-        `properties`: the table's own (config/layout.py), in the creating commit."""
+        commit, written in parallel by pyarrow (lake/parquet_files.py; in an object store
+        through delta-rs's storage). `properties`: the table's own (config/layout.py), in the
+        creating commit."""
         configuration = _configuration(schema, properties)
-        if Location.of(path).local:
-            actions = parquet_files.create_table(str(path), schema, streams,
-                                                 configuration=configuration)
-            if "delta.columnMapping.mode" not in (configuration or {}):  # (its rows: its files')
-                self._made[str(path)] = (hash(_identity(_commit_file(path, 0))),
-                                         [a.path for a in actions])
-            return
-        opened = [stream() for stream in streams]
-        append_with_delta_rs(path, (batch for stream in opened for batch in stream), schema,
-                             configuration=configuration)
+        actions = parquet_files.create_table(str(path), schema, streams,
+                                             configuration=configuration)
+        if Location.of(path).local and "delta.columnMapping.mode" not in (configuration or {}):
+            self._made[str(path)] = (hash(_identity(_commit_file(path, 0))),  # its rows: its
+                                     [a.path for a in actions])  # files'
 
     def create_with_files(self, path: str, schema: pa.Schema, actions: list,
                           properties: dict | None = None) -> None:

@@ -49,10 +49,12 @@ REPEATING = ("_cdc_offset", "_cdc_op", "_cdc_ts", "_cdc_split_id", "_cdc_attempt
 def create_table(path: str, schema: pa.Schema,
                  streams: list[Callable[[], Iterable[pa.RecordBatch]]],
                  configuration: dict | None = None) -> list:
-    """Create the Delta table at local `path` holding the rows of `streams` (each opened by
-    the thread that writes it, so that only as many read ahead as are written), in one
-    commit; files in the order of the streams. Returns their add actions."""
-    os.makedirs(path, exist_ok=True)
+    """Create the Delta table at `path` (local, or in an object store: `table_files`) holding
+    the rows of `streams` (each opened by the thread that writes it, so that only as many read
+    ahead as are written), in one commit; files in the order of the streams. Returns their
+    add actions."""
+    if Location.of(path).local:
+        os.makedirs(path, exist_ok=True)
     if len(streams) == 1:  # (no thread of its own: a small table's read costs one commit)
         actions = write_files(path, schema, streams[0]())
     else:
@@ -65,7 +67,7 @@ def create_table(path: str, schema: pa.Schema,
 
 def create_with(path: str, schema: pa.Schema, actions: list,
                 configuration: dict | None = None) -> None:
-    """Create the Delta table at local `path` in one commit of files already there."""
+    """Create the Delta table at `path` in one commit of files already there."""
     from deltalake import Schema
     from deltalake.transaction import create_table_with_add_actions
 

@@ -15,20 +15,19 @@ budget, these in key ranges committed at once). A first window also creates silv
 with the snapshot rows placed at their splits' watermarks (snapshot_images.sql) in the
 creating commit, as the engine does (on a local path, files made of bronze's files by
 lake/first_version.py when they hold the window's rows, else written in parallel from
-bronze's rows by lake/parquet_files.py, at any size; in an object store by delta-rs, up to
-SNAPSHOT_BYTES); its changes are then merged like any window's. Everything else about the
-batch is unchanged: the window, the state commit after the MERGE, the replay of a window
-after a crash (the offset guard makes it harmless here too; a silver already created is not
-written again), the hand-change check (the commit is a MERGE on `_cdc_offset`, recognised
-as cdc-sql's own).
+bronze's rows by lake/parquet_files.py, at any size, in an object store too); its changes
+are then merged like any window's. Everything else about the batch is unchanged: the window,
+the state commit after the MERGE, the replay of a window after a crash (the offset guard
+makes it harmless here too; a silver already created is not written again), the hand-change
+check (the commit is a MERGE on `_cdc_offset`, recognised as cdc-sql's own).
 
 Windows that need anything more go through the engine's SQL (which finds silver created, if
 this module created it): a DDL statement or TRUNCATE in the window, bronze or silver columns
 that differ from the source's (a schema change being carried out), temporal key columns, keys
 that may be NULL, decimals wider than 64 bits (whose statistics delta-rs's MERGE writes
 wrong) unless silver's files are rewritten here (on a local path, no change data feed), a
-re-snapshot, a table delta-rs cannot write (a feature it lacks), work past the budget, a large
-snapshot in an object store, or a lake whose tables the engine alone reaches (`spark_tables.SparkTables`).
+re-snapshot, a table delta-rs cannot write (a feature it lacks), work past the budget (and
+past key ranges), or a lake whose tables the engine alone reaches (`spark_tables.SparkTables`).
 """
 from __future__ import annotations
 
@@ -76,11 +75,6 @@ RANGE_BYTES = 64 * 2**20
 # in every table; docs/performance.md, "Measurements behind the code"); past it delta-rs's
 # MERGE, on every core, is as quick or quicker.
 SMALL_SILVER_BYTES = 2**20
-# In an object store, past it, the engine writes silver's first version faster, on every core;
-# below it, a table costs delta-rs milliseconds where the engine takes a round trip or more
-# (docs/performance.md, "Measurements behind the code"). Local
-# tables are written in parallel here (lake/parquet_files.py), at any size.
-SNAPSHOT_BYTES = 16 * 2**20
 
 
 SQL_ONLY = "engine.sql_only (--sql-only): every window through the engine's SQL"
@@ -249,9 +243,6 @@ def merged(lake: Lake, plan, window: Window, facts) -> bool:
 def _create(lake: Lake, plan, window: Window, silver: str) -> str | None:
     """Silver created with the window's snapshot rows, in one commit; why not, if not."""
     source = plan.sources[0]
-    if not lake.local and \
-            lake.tables.file_bytes(lake.snapshot_path(source.db, source.name)) > SNAPSHOT_BYTES:
-        return "a large snapshot in an object store (silver is created by the engine)"
     started = time.perf_counter()
     schema = silver_schema(plan)
     written = first_version.take(lake, source, window.splits.get(source.qualified, ()),

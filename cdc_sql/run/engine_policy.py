@@ -2,10 +2,9 @@
 
 Starting the engine (Sail, a Spark session) takes seconds. A run starts it early, while the
 source is read (the snapshot's readers wait on the server; capture reads the binlog), when it
-will likely be used: tables registered in a catalog, a lake off this machine (an object
-store's first batch past small_merge.SNAPSHOT_BYTES goes through it), or a table whose windows
-go through the engine's SQL whatever their size (lake/silver/route.py), and only if there is
-something to read (`early_for_capture`). Otherwise it starts on first use, if ever: the lake's
+will surely be used: tables registered in a catalog, or a table whose windows go through the
+engine's SQL whatever their size (lake/silver/route.py), and only if there is something to read
+(`early_for_capture`). Otherwise it starts on first use, if ever: the lake's
 engine is lazy, and a run of plain tables seldom needs it (a DDL, a protocol delta-rs cannot
 write). Where the engine may merge a window of any size, it also bounds how much one capture
 pass gathers (`decide`)."""
@@ -27,14 +26,15 @@ class Policy(NamedTuple):
 
 
 def decide(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> Policy:
-    """Whether this run starts the engine while the source is read, and where a capture pass
-    ends: `engine.window_bytes` when the engine may merge some table's window, whose memory
+    """Whether this run starts the engine while the source is read (a catalog schema, or some
+    table whose windows all go through it), and where a capture pass ends:
+    `engine.window_bytes` when the engine may merge some table's window, whose memory
     follows the window's size (route.engine_use: a table whose windows all go through it, or a
     plain one whose window past the memory budget does), else 0 (at the position it was to
     reach: a plain table's window is merged here in key ranges, whatever its size). The
     plans' routes walked once."""
     use = route.engine_use(lake, plans)
-    return Policy(early=bool(pipeline.target.schema) or not lake.local or use.always,
+    return Policy(early=bool(pipeline.target.schema) or use.always,
                   window_bytes=pipeline.engine.window_bytes if use.always or use.by_size
                   else 0)
 

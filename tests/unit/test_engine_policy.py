@@ -22,17 +22,18 @@ def test_a_capture_pass_with_nothing_to_read_starts_no_engine():
 @pytest.mark.parametrize("always, by_size", [(False, False), (True, False), (False, True)])
 def test_the_engine_starts_early_and_bounds_passes_where_it_merges(monkeypatch, schema, local,
                                                                       always, by_size):
-    """A catalog schema, a lake off this machine or a table whose windows the engine merges
-    starts it early; a pass is bounded by engine.window_bytes wherever the engine may merge a
-    window of any size (all of a table's, or a plain table's past the memory budget); the
-    plans' routes walked once."""
+    """A catalog schema or a table whose windows the engine merges starts it early, on a local
+    path or in an object store alike (silver's first version is written here there too); a
+    pass is bounded by engine.window_bytes wherever the engine may merge a window of any size
+    (all of a table's, or a plain table's past the memory budget); the plans' routes walked
+    once."""
     walks = []
     monkeypatch.setattr(engine_policy.route, "engine_use", lambda lake, plans: walks.append(
         plans) or engine_policy.route.EngineUse(always, by_size))
     pipeline = SimpleNamespace(target=SimpleNamespace(schema=schema),
                                engine=SimpleNamespace(window_bytes=4096))
     policy = engine_policy.decide(pipeline, SimpleNamespace(local=local), ["plan"])
-    assert policy == (bool(schema) or not local or always, 4096 if always or by_size else 0)
+    assert policy == (bool(schema) or always, 4096 if always or by_size else 0)
     assert walks == [["plan"]]
 
 
@@ -67,6 +68,5 @@ def test_passes_are_bounded_where_a_window_of_any_size_may_reach_the_engine(tmp_
     assert route.engine_use(lake, [plain, _plan(history=True)]) == (True, False)
     pipeline = SimpleNamespace(target=SimpleNamespace(schema=""),
                                engine=SimpleNamespace(window_bytes=4096))
-    assert engine_policy.decide(pipeline, lake, [plain]) == (where != "local", 0)
-    assert engine_policy.decide(pipeline, lake, [_plan(change_data_feed=True)]) == \
-        (where != "local", 4096)
+    assert engine_policy.decide(pipeline, lake, [plain]) == (False, 0)
+    assert engine_policy.decide(pipeline, lake, [_plan(change_data_feed=True)]) == (False, 4096)
