@@ -99,16 +99,16 @@ class Files:
     (`files`: its `table_files`, if known)."""
 
     def __init__(self, path: str, schema: pa.Schema, files: pyarrow.fs.FileSystem | None = None):
-        self.path, self.schema = path, schema
-        self.files = files or table_files(path)
+        self.schema, self.files = schema, files or table_files(path)
         self.actions: list = []
-        self._writer, self._name, self._stats = None, "", None
+        self._writer, self._sink, self._name, self._stats = None, None, "", None
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self._writer is None:
             self._name = f"part-{uuid.uuid4()}.snappy.parquet"
+            self._sink = self.files.open_output_stream(self._name)
             self._writer = pq.ParquetWriter(  # Snappy: tables.writer_properties says why
-                self._name, self.schema, filesystem=self.files, compression="snappy",
+                self._sink, self.schema, compression="snappy",
                 use_dictionary=[n for n in REPEATING if n in self.schema.names])
             self._stats = Stats(self.schema)
         self._writer.write_batch(batch, row_group_size=row_group_rows(batch))
@@ -125,10 +125,10 @@ class Files:
     def _finish(self) -> None:
         from deltalake.transaction import AddAction
 
-        self._writer.close()
-        self._writer = None
-        size = self.files.get_file_info(self._name).size
-        footer = pq.read_metadata(self._name, filesystem=self.files)
+        self._writer.close()  # the footer written: its size and metadata known, not read back
+        size, footer = self._sink.tell(), self._writer.writer.metadata
+        self._sink.close()  # (in an object store, the upload completes here)
+        self._writer = self._sink = None
         self.actions.append(AddAction(self._name, size, {}, int(time.time() * 1000), True,
                                       self._stats.json(footer)))
 
