@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from cdc_sql import faults
 from cdc_sql.config import layout
-from cdc_sql.lake import file_merge, first_version, parquet_files, semantics, tables
+from cdc_sql.lake import bronze, file_merge, first_version, parquet_files, semantics, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
@@ -466,10 +466,21 @@ def range_count(estimate: int) -> int:
 def any_size(plan) -> bool:
     """Whether a window of this plain table is merged here whatever its size: past the budget
     by rewriting silver's files in key ranges (`_merge_in_ranges`), which takes an integer
-    first key column and a table without a change data feed (a rewrite of files writes none).
+    first key column with file statistics in silver and in bronze's changes (the ranges come
+    from them: past 32 columns, or with delta.dataSkippingNumIndexedCols set low, a key column
+    may have none), and a table without a change data feed (a rewrite of files writes none).
     Else such a window goes through the engine's SQL, whose memory follows it. Pure."""
-    return not plan.spec.change_data_feed and \
-        pa.types.is_integer(silver_schema(plan).field(plan.key[0]).type)
+    key, silver = plan.key[0], silver_schema(plan)
+    return not plan.spec.change_data_feed and pa.types.is_integer(silver.field(key).type) and \
+        _has_statistics(key, silver, layout.properties(plan.spec)) and \
+        _has_statistics(key, bronze.changes_schema(plan.sources[0]), tables.LOG_TABLE)
+
+
+def _has_statistics(column: str, schema: pa.Schema, properties: dict[str, str]) -> bool:
+    """Whether a table created here with `schema` and `properties` keeps file statistics of
+    `column` (the statistics columns cdc-sql chooses, then the properties asked for)."""
+    chosen = {**(tables.stats_configuration(schema) or {}), **properties}
+    return not tables.without_statistics((column,), schema, chosen)
 
 
 def _rewritable(lake: Lake, silver: str) -> bool:

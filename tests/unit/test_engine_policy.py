@@ -37,16 +37,19 @@ def test_the_engine_starts_early_and_bounds_passes_where_it_merges(monkeypatch, 
     assert walks == [["plan"]]
 
 
-def _plan(key_type: str = "bigint", change_data_feed: bool = False, history: bool = False):
+def _plan(key_type: str = "bigint", change_data_feed: bool = False, history: bool = False,
+          before_key: int = 0, table_properties: dict | None = None):
+    """A plan of shop.orders: `before_key` INT columns, then its key `id`, then `amount`."""
     from cdc_sql.config.model import Table
     from cdc_sql.lake.silver.plan import plan_silver
     from cdc_sql.source.schema import Column, SourceTable
 
-    source = SourceTable("shop", "orders", (Column("id", key_type, key_type, 19, 0, None, None),
-                                            Column("amount", "int", "int", 10, 0, None, None)),
-                         ("id",))
+    columns = [Column(f"c{n}", "int", "int", 10, 0, None, None) for n in range(before_key)]
+    columns += [Column("id", key_type, key_type, 19, 0, None, None),
+                Column("amount", "int", "int", 10, 0, None, None)]
+    source = SourceTable("shop", "orders", tuple(columns), ("id",))
     spec = Table(name="orders", source="shop.orders", change_data_feed=change_data_feed,
-                 history=history)
+                 history=history, table_properties=table_properties or {})
     return plan_silver(spec, [source], "p.yaml", 0)
 
 
@@ -70,3 +73,20 @@ def test_passes_are_bounded_where_a_window_of_any_size_may_reach_the_engine(tmp_
                                engine=SimpleNamespace(window_bytes=4096))
     assert engine_policy.decide(pipeline, lake, [plain]) == (False, 0)
     assert engine_policy.decide(pipeline, lake, [_plan(change_data_feed=True)]) == (False, 4096)
+
+
+def test_passes_are_bounded_where_the_first_key_column_has_no_file_statistics(tmp_path):
+    """Key ranges come from file statistics: a first key column past the 32 columns that keep
+    them (cdc-sql's own columns first), or in a table asking for fewer
+    (delta.dataSkippingNumIndexedCols), has none in silver or bronze, so such a window past
+    the budget goes through the engine: passes are cut."""
+    from cdc_sql.lake.lake import Lake
+    from cdc_sql.lake.silver import route
+
+    lake = Lake(None, str(tmp_path), None)
+    assert route.engine_use(lake, [_plan(before_key=20)]) == (False, False)
+    assert route.engine_use(lake, [_plan(before_key=40)]) == (False, True)
+    assert route.engine_use(lake, [_plan(table_properties={
+        "delta.dataSkippingNumIndexedCols": "1"})]) == (False, False)  # `id` is the first
+    assert route.engine_use(lake, [_plan(before_key=1, table_properties={
+        "delta.dataSkippingNumIndexedCols": "1"})]) == (False, True)

@@ -94,9 +94,9 @@ IN_PROCESS_RULE = (
     f"when one has no DDL or TRUNCATE, the source's columns in bronze and silver, silver's "
     f"protocol asks for no feature delta-rs cannot write, and its MERGE fits in "
     f"{small_merge.MEMORY_BUDGET // 2**20} MB by the file sizes, or (an integer first key "
-    f"column, no change data feed) in key ranges that do; so is the first batch (its snapshot "
-    f"rows written into silver's files, on a local path while they are read); else through "
-    f"the engine's SQL below (engine.sql_only forces that)")
+    f"column with file statistics, no change data feed) in key ranges that do; so is the "
+    f"first batch (its snapshot rows written into silver's files, on a local path while they "
+    f"are read); else through the engine's SQL below (engine.sql_only forces that)")
 
 
 class EngineUse(NamedTuple):
