@@ -80,9 +80,9 @@ SMALL_SILVER_BYTES = 2**20
 SQL_ONLY = "engine.sql_only (--sql-only): every window through the engine's SQL"
 
 
-def plan_unsuitable(plan, sql_only: bool = False, local: bool = False) -> str | None:
-    """Why no window of the table may be merged here (`local`: a lake on a local path);
-    None when some may."""
+def plan_unsuitable(plan, sql_only: bool = False) -> str | None:
+    """Why no window of the table may be merged here; None when some may (decimals wider
+    than 64 bits too: silver's files are rewritten for them, `_merge_changes`)."""
     if sql_only:
         return SQL_ONLY
     if plan.spec.history:
@@ -92,8 +92,6 @@ def plan_unsuitable(plan, sql_only: bool = False, local: bool = False) -> str | 
         return "not a plain table (a projection, shards or cascades)"
     if plan.key_texts or plan.key_nullable:
         return "temporal or nullable key columns"
-    if wide_decimals(plan) and not local:
-        return WIDE_DECIMALS
     return None
 
 
@@ -107,10 +105,9 @@ def wide_decimals(plan) -> bool:
                for f in plan.sources[0].arrow_schema)
 
 
-def unsuitable(plan, window: Window, facts, sql_only: bool = False,
-               local: bool = False) -> str | None:
+def unsuitable(plan, window: Window, facts, sql_only: bool = False) -> str | None:
     """Why the window must go through the engine's SQL; None when it may be merged here."""
-    reason = plan_unsuitable(plan, sql_only, local)
+    reason = plan_unsuitable(plan, sql_only)
     if reason is not None:
         return reason
     if window.replace or (window.splits is not None and not window.first):

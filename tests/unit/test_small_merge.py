@@ -70,7 +70,7 @@ def test_bronze_columns_unlike_the_source_go_to_the_engine():
     assert "bronze's columns differ" in unsuitable(plan(widened), CHANGES, facts())
 
 
-def test_temporal_nullable_keys_and_wide_decimals_off_a_local_path_go_to_the_engine():
+def test_temporal_and_nullable_keys_go_to_the_engine_and_wide_decimals_are_merged_here():
     dated = SourceTable("db", "t", (Column("d", "date", "date", None, None, None, None),
                                     SOURCE.columns[1]), ("d",))
     assert "temporal" in unsuitable(plan(dated), CHANGES, facts(dated))
@@ -79,9 +79,9 @@ def test_temporal_nullable_keys_and_wide_decimals_off_a_local_path_go_to_the_eng
     wide = SourceTable("db", "t", (SOURCE.columns[0],
                                    Column("m", "decimal", "decimal(30,2)", 30, 2, None, None)),
                        ("id",))
-    assert "decimals" in unsuitable(plan(wide), CHANGES, facts(wide))
-    # on a local path silver's files are rewritten here, never by delta-rs's MERGE
-    assert unsuitable(plan(wide), CHANGES, facts(wide), local=True) is None
+    # silver's files rewritten here (on a local path or in an object store alike), never by
+    # delta-rs's MERGE
+    assert unsuitable(plan(wide), CHANGES, facts(wide)) is None
 
 
 def reference(rows: list[tuple[int, str, bool, int]]) -> dict[int, int]:
@@ -168,9 +168,8 @@ def test_the_memory_budget_counts_changes_and_silver():
 
 def test_rows_of_megabytes_are_merged_by_rewriting_files_within_the_budget():
     """delta-rs's MERGE holds batches of 8,192 rows: rows past WIDE_ROW_BYTES go to
-    lake/file_merge.py (local paths: it writes files there), by their Arrow bytes, however
-    small their Parquet (unless silver is not `rewritable`: an object store, a change data
-    feed); narrow rows stay with delta-rs's `fits`."""
+    lake/file_merge.py, by their Arrow bytes, however small their Parquet (unless silver is
+    not `rewritable`: a change data feed); narrow rows stay with delta-rs's `fits`."""
     from cdc_sql.lake import small_merge
     from cdc_sql.lake.parquet_files import ROW_GROUP_BYTES
 

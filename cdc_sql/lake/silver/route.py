@@ -51,7 +51,7 @@ def route(plan: SilverPlan, window: Window | None, lake: Lake, facts: Facts | No
     cluster = window is not None and clusters(window)
     if window is None:
         reason = liquid(plan, lake, engine_mode) or \
-            small_merge.plan_unsuitable(plan, lake.sql_only, lake.local)
+            small_merge.plan_unsuitable(plan, lake.sql_only)
         silver = lake.silver_path(plan.spec.name)
         if reason is None and engine_mode is not None and \
                 choose(engine_mode, silver) != "delta-rs":
@@ -59,7 +59,7 @@ def route(plan: SilverPlan, window: Window | None, lake: Lake, facts: Facts | No
                       f"(delta-rs in this process may not reach its storage)")
     else:
         reason = liquid(plan, lake) or \
-            small_merge.unsuitable(plan, window, facts or Facts(), lake.sql_only, lake.local)
+            small_merge.unsuitable(plan, window, facts or Facts(), lake.sql_only)
     if reason is not None:
         return Route(Way.ENGINE_SQL, reason, cluster)
     if window is None:
