@@ -33,7 +33,6 @@ from cdc_sql.lake import bronze
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.tables import each
 from cdc_sql.lake.state import CaptureEntry, ResnapshotEntry, SplitEntry
-from cdc_sql.run import summary
 from cdc_sql.source.binlog import BinlogReader
 from cdc_sql.source.binlog_rows import Batch
 from cdc_sql.source.binlog_statements import Bypass
@@ -52,7 +51,7 @@ class Pass:
     schema_changed: list[str] = field(default_factory=list)
     started_at: str | None = None        # the offset it started from
     resnapshots: list[str] = field(default_factory=list)  # source tables it asked to read again
-    batches: list[summary.Batch] = field(default_factory=list)  # each commit: rows, seconds
+    commits: list[tuple[int, float]] = field(default_factory=list)  # each: rows, seconds
     more: bool = False  # it ended at its bytes' bound, before the position it was to reach
 
 
@@ -230,8 +229,7 @@ class Capture:
         result.changes += rows
         result.changed_tables.update(f"{db}.{name}" for db, name in batch.tables)
         result.changed_tables.update(s.table for s in batch.statements)
-        result.batches.append(summary.Batch(phase="capture", rows=rows,
-                                            seconds=round(time.monotonic() - started, 3)))
+        result.commits.append((rows, round(time.monotonic() - started, 3)))
 
     def _requests(self, bypassed: list[Bypass], result: Pass) -> list[ResnapshotEntry]:
         """Re-snapshot requests for tables whose rows changed without row events, recorded

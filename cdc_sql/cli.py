@@ -29,9 +29,9 @@ from cdc_sql.lake.state import State
 from cdc_sql.location import redact
 from cdc_sql.lock import target_lock
 from cdc_sql.ops import status
-from cdc_sql.planner import Window
 from cdc_sql.source import failover, mysql, preflight
 from cdc_sql.source.splits import plan_splits
+from cdc_sql.window import Window
 
 log = logging.getLogger("cdc_sql")
 

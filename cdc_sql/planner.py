@@ -25,46 +25,12 @@ later, a new shard), the rows of the snapshot splits being merged. The rules
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterable
 
 from cdc_sql.lake.state import CaptureEntry, SplitEntry, TableEntry
 from cdc_sql.source.offsets import Offset, Position
-
-
-@dataclass(frozen=True, order=True)
-class SplitRef:
-    """A done split as a silver window carries it: which bronze rows are its own (its id, and
-    the attempt that wrote them) and the watermark they stand at."""
-
-    split_id: int
-    attempt: str | None
-    watermark: str | None
-
-    @property
-    def row(self) -> tuple[int, str | None, str | None]:
-        """As a row of the done-splits view (split_id INT, attempt STRING, watermark STRING)."""
-        return self.split_id, self.attempt, self.watermark
-
-
-Splits = dict[str, tuple[SplitRef, ...]]  # source table -> its done splits
-
-
-@dataclass(frozen=True)
-class Window:
-    after: str                    # P: changes after it ("" for the first batch)
-    upto: str                     # U: changes up to it, a transaction boundary
-    splits: Splits | None = None  # snapshot splits merged with the window
-    first: bool = False           # the first batch: silver is created from the snapshot rows
-    history_start: str | None = None  # first batch with history: where history begins
-    idle: bool = False            # nothing to merge: only P moves to U
-    replace: bool = False         # a re-snapshot: silver is replaced, in one commit
-    replaced: bool = False        # ... which a killed run did already: merged again instead
-    # Range re-reads merged with the window: (source table, predicate, watermark, read at)
-    # each; silver removes its rows matching one that the read did not return, at its watermark
-    # and with its time (UTC, ISO 8601; "" in state written before it was kept)
-    ranges: tuple[tuple[str, str, str, str], ...] = ()
-    ranged: int = -1              # the highest range re-read's split id merged so far
+from cdc_sql.window import SplitRef, Splits, Window
 
 
 def done_splits(splits: list[SplitEntry]) -> Splits:

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from cdc_sql.errors import out_of_space
 from cdc_sql.lake import parquet_files, parquet_splice
 from cdc_sql.lake.lake import Lake
-from cdc_sql.planner import SplitRef
+from cdc_sql.window import SplitRef
 
 log = logging.getLogger("cdc_sql")
 READ_AT = pa.timestamp("us", tz="UTC")  # bronze's _cdc_read_at

@@ -48,8 +48,8 @@ from cdc_sql import faults
 from cdc_sql.config import layout
 from cdc_sql.lake import bronze, file_merge, first_version, parquet_files, semantics, tables
 from cdc_sql.lake.lake import Lake
-from cdc_sql.planner import Window
 from cdc_sql.source.rows import META_COLUMNS
+from cdc_sql.window import Window
 
 log = logging.getLogger("cdc_sql")
 MEMORY_BUDGET = 512 * 2**20

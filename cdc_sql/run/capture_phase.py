@@ -54,7 +54,9 @@ def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Positio
                          saved.gtid if saved else gtid_at(run, view, start),
                          by_gtid=resume.by_gtid(saved.position if saved else None), base=view.base)
     return Captured(result.changes, start.offset.text, frozenset(result.changed_tables),
-                    result.schema_changed, result.resnapshots, result.batches, result.more)
+                    result.schema_changed, result.resnapshots,
+                    [Batch(phase="capture", rows=rows, seconds=seconds)
+                     for rows, seconds in result.commits], result.more)
 
 
 def _policy(run: Run, plans: list[SilverPlan]) -> Policy:

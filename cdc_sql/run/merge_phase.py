@@ -14,10 +14,11 @@ from cdc_sql.lake.silver.merge import lay_out, merge_window
 from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
 from cdc_sql.lake.silver.plan import SilverPlan, chained
 from cdc_sql.lake.state import Checkpoint, TableEntry
-from cdc_sql.planner import Window, chain_merge, next_window
+from cdc_sql.planner import chain_merge, next_window
 from cdc_sql.run.commits import record_as_done
 from cdc_sql.run.context import Run
 from cdc_sql.run.summary import Batch
+from cdc_sql.window import Window
 
 log = logging.getLogger("cdc_sql")
 

@@ -63,6 +63,11 @@ def test_run_then_status_json_and_metrics(pipeline, mariadb, capsys):
     assert main(["status", pipeline.file, "--json"]) == 0
     table = json.loads(capsys.readouterr().out)["tables"][0]
     assert table["lag_bytes"] > 0 and table["lag_seconds"] >= 0
+    # the next run's metrics count its capture batches' rows (capture hands them to the run)
+    assert main(["run", pipeline.file, "--until-caught-up"]) == 0
+    (latest,) = set(metrics.glob("run-*.json")) - {run_file}
+    batches = json.loads(latest.read_text())["batches"]
+    assert sum(b["rows"] for b in batches if b["phase"] == "capture") == 100
 
 
 def test_a_second_engine_leaves_the_first_one_working(engine):

@@ -16,8 +16,8 @@ from cdc_sql.config.model import Table
 from cdc_sql.lake import bronze, semantics
 from cdc_sql.lake.silver.merge import merge_window
 from cdc_sql.lake.silver.plan import plan_silver
-from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.offsets import Offset
+from cdc_sql.window import SplitRef, Window
 from tests.property import test_merge_rules
 from tests.property.test_merge_rules import (TABLE, TS, binlog_rows, boundary, drawn_splits,
                                              histories, in_process_merges, land_changes,

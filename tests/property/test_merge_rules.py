@@ -22,9 +22,10 @@ from cdc_sql.lake import bronze
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.merge import merge_window
 from cdc_sql.lake.silver.plan import plan_silver
-from cdc_sql.planner import SplitRef, Window, just_after
+from cdc_sql.planner import just_after
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.schema import Column, SourceTable
+from cdc_sql.window import SplitRef, Window
 
 KEYS = 8
 TABLE = SourceTable("db", "t", (Column("id", "int", "int", 10, 0, None, None),

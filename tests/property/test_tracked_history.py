@@ -17,9 +17,9 @@ from cdc_sql.config.model import History, Table
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver.merge import merge_window
 from cdc_sql.lake.silver.plan import plan_silver
-from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.binlog_rows import CapturedStatement
 from cdc_sql.source.offsets import Offset
+from cdc_sql.window import SplitRef, Window
 from tests.property import test_merge_rules
 from tests.property.test_merge_rules import (TABLE, TS, assert_silver, boundary, check_batches,
                                              histories, land_changes, binlog_rows, split_rows,

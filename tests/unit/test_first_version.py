@@ -16,8 +16,8 @@ from cdc_sql import engine as engines
 from cdc_sql.lake import bronze, first_version, parquet_splice, small_merge
 from cdc_sql.lake.first_version import BronzeFile
 from cdc_sql.lake.lake import Lake
-from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.schema import Column, SourceTable
+from cdc_sql.window import SplitRef, Window
 from tests.unit.test_parquet_splice import bits
 
 # reads of consecutive splits: (splits, watermark, files its rows went into)

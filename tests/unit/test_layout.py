@@ -191,7 +191,7 @@ def test_a_liquid_table_goes_through_the_engine_and_says_why(tmp_path):
 
     from cdc_sql.lake.lake import Lake
     from cdc_sql.lake.silver.route import Way, made_of_bronze, route
-    from cdc_sql.planner import Window
+    from cdc_sql.window import Window
 
     plan, lake = _orders_plan(), Lake(None, str(tmp_path), None)
     found = route(plan, None, lake, engine_mode="local")

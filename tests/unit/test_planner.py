@@ -5,9 +5,10 @@ from hypothesis import given, strategies as st
 from cdc_sql import resnapshot
 from cdc_sql.lake.state import (CaptureEntry, Checkpoint, ResnapshotEntry, SplitEntry,
                                 TableEntry)
-from cdc_sql.planner import SplitRef, Window, chain_merge, next_window
+from cdc_sql.planner import chain_merge, next_window
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.splits import Split
+from cdc_sql.window import SplitRef, Window
 
 
 def at(n: int) -> str:

@@ -11,8 +11,8 @@ from cdc_sql.config.model import Table
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.lake.small_merge import last_change_per_key, unsuitable
-from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.schema import Column, SourceTable, arrow_type
+from cdc_sql.window import SplitRef, Window
 
 SOURCE = SourceTable("db", "t", (Column("id", "int", "int", 10, 0, None, None),
                                  Column("v", "varchar", "varchar(10)", None, None, None, 10)),

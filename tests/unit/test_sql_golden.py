@@ -15,10 +15,10 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.lake.silver.steps import batch_steps, describe
-from cdc_sql.planner import SplitRef, Window
 from cdc_sql.source.schema import Column, SourceTable
 from cdc_sql import sql
 from cdc_sql.sql import render, template
+from cdc_sql.window import SplitRef, Window
 
 GOLDEN = Path(__file__).parent / "golden"
 TEMPLATES = sorted(p.stem for p in (Path(sql.__file__).parent).glob("*.sql"))

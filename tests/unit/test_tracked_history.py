@@ -9,8 +9,8 @@ from cdc_sql.errors import ConfigError
 from cdc_sql.lake.silver.facts import Statement
 from cdc_sql.lake.silver.merge import cut_at_removals
 from cdc_sql.lake.silver.plan import plan_silver
-from cdc_sql.planner import Window
 from cdc_sql.source.schema import Column, SourceTable
+from cdc_sql.window import Window
 from tests.unit.test_config import GOOD, error_for, write
 
 ORDERS = SourceTable("shop", "orders", tuple(

@@ -1,7 +1,8 @@
 """Silver: the live source rows after projection, kept by one primary-key MERGE per batch.
 
-A batch for one silver table carries out a planner.Window: the bronze changes in (P, U] (and,
-with the first batch, the snapshot splits' rows, placed at their watermarks). The statements a
+A batch for one silver table carries out a window.Window (planner.py chose it): the bronze
+changes in (P, U] (and, with the first batch, the snapshot splits' rows, placed at their
+watermarks). The statements a
 batch runs are built once, as a list of `Step`s, from the plan, the window and a few facts read
 from the lake (`Facts`: bronze's columns, renames and TRUNCATEs in the window); `cdc-sql plan`
 prints that same list. State records P := U only after the MERGE commits; a rerun of the same

@@ -13,10 +13,10 @@ from cdc_sql.lake.silver.facts import Statement, read_facts, read_statements
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.steps import StepKind, batch_steps
 from cdc_sql.lake.tables import table_ref
-from cdc_sql.planner import Window
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.schema import SourceTable, key_text_name
 from cdc_sql.sql import quote, render
+from cdc_sql.window import Window
 
 log = logging.getLogger("cdc_sql")
 

@@ -20,9 +20,9 @@ from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.steps import Step, StepKind, batch_steps
 from cdc_sql.lake.tables import RESNAPSHOT_MARK
-from cdc_sql.planner import Window
 from cdc_sql.source.offsets import Offset
 from cdc_sql.sql import quote
+from cdc_sql.window import Window
 
 log = logging.getLogger("cdc_sql")
 

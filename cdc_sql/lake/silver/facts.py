@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan
-from cdc_sql.planner import Window
 from cdc_sql.source import ddl
+from cdc_sql.window import Window
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from cdc_sql.lake.silver.ownership import owned_tables
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.route import clusters, route
 from cdc_sql.lake.tables import RESNAPSHOT_MARK
-from cdc_sql.planner import Window
+from cdc_sql.window import Window
 
 log = logging.getLogger("cdc_sql")
 

@@ -23,7 +23,7 @@ from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Facts
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.tables import choose
-from cdc_sql.planner import Window
+from cdc_sql.window import Window
 
 
 class Way(Enum):

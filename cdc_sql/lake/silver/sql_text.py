@@ -7,10 +7,10 @@ from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.tables import table_ref
-from cdc_sql.planner import Window
 from cdc_sql.source import predicates
 from cdc_sql.source.schema import SourceTable, arrow_type, key_text_name
 from cdc_sql.sql import quote, render
+from cdc_sql.window import Window
 
 
 def _image_columns(source: SourceTable, present: dict | None, renames: dict, prefix: str,

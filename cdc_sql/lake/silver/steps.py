@@ -16,8 +16,8 @@ from cdc_sql.lake.silver.sql_text import (binlog_images_sql, candidates_sql, cha
                                           snapshot_images_sql,
                                           snapshot_rows_sql)
 from cdc_sql.lake.tables import table_ref
-from cdc_sql.planner import SplitRef, Window
 from cdc_sql.sql import quote, render
+from cdc_sql.window import SplitRef, Window
 
 
 class StepKind(StrEnum):
