@@ -19,6 +19,12 @@ took() { echo "== ($SECONDS s)"; }
 # allocation that starts a concurrent marking (561 of them in the liquid-clustering test,
 # whose collector took about a fifth of its CPU). The JVM section took 700 s with them against
 # 729-751 s. Only the collector's bookkeeping: Spark and Delta run as they do anywhere.
+# Tried on 2026-11-28 and not kept: C1 alone (-XX:TieredStopAtLevel=1: a session's first
+# Delta work 14.6 s against 10.3 s, but the JVM section 651 s against 484 s, its longer tests
+# slower); a class-data-sharing archive of Spark's classes (a session's start 8.4 s against
+# 4.6 s, a test of two runs 70 s against 60 s, a schema-change test no quicker: seconds a JVM
+# started, for a 190 MB archive built first); the Spark UI off; the Sail suite on three
+# workers (570 s against 544 s: its two leave 10-15% of the machine idle).
 export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} -XX:G1HeapRegionSize=16m"
 
 if [ "${1:-}" = "by-hand" ]; then
