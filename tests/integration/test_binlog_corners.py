@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -42,9 +43,14 @@ def items(mariadb, database: str, layout: str = "", name: str = "items", rows: i
 
 @contextmanager
 def writing(mariadb, database: str, table: str = "items", keys: int = 250, seed: int = 7):
-    """A writer on keys 1..`keys` for the duration (about 100 transactions a second)."""
+    """A writer on keys 1..`keys` for the duration (about 100 transactions a second), writing
+    before the body begins (a short body on a loaded machine had ended before its first
+    commit)."""
     writer = RandomWriter(mariadb, database, table, keys, seed=seed, rate=100)
     writer.start()
+    deadline = time.monotonic() + 60
+    while writer.committed == 0 and writer.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         yield writer
     finally:
