@@ -12,7 +12,8 @@ import pyarrow as pa
 from cdc_sql.lake import parquet_files, tables
 from cdc_sql.lake.tables import (COMMIT_RETRIES, EVOLVE_MARK, OWN_MERGE,
                                  WRITES_FEATURES, append_with_delta_rs, literal, operation,
-                                 predicate, stats_configuration, writer_properties)
+                                 new_table_configuration, predicate, stats_configuration,
+                                 writer_properties)
 from cdc_sql.location import Location
 
 log = logging.getLogger("cdc_sql")
@@ -28,11 +29,6 @@ def _marked():
     from deltalake import CommitProperties
 
     return CommitProperties(custom_metadata={"userMetadata": EVOLVE_MARK})
-
-
-def _configuration(schema: pa.Schema, properties: dict | None) -> dict | None:
-    """A new table's properties: cdc-sql's statistics columns, then the pipeline's."""
-    return {**(stats_configuration(schema) or {}), **(properties or {})} or None
 
 
 def _ntz(arrow_type: pa.DataType) -> bool:
@@ -58,7 +54,7 @@ class DeltaRsWrites:
         from deltalake.transaction import create_table_with_add_actions
 
         create_table_with_add_actions(str(path), Schema.from_arrow(schema), [], mode="ignore",
-                                      configuration=_configuration(schema, properties))
+                                      configuration=new_table_configuration(schema, properties))
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
@@ -129,7 +125,7 @@ class DeltaRsWrites:
         commit, written in parallel by pyarrow (lake/parquet_files.py; in an object store
         through delta-rs's storage). `properties`: the table's own (config/layout.py), in the
         creating commit."""
-        configuration = _configuration(schema, properties)
+        configuration = new_table_configuration(schema, properties)
         actions = parquet_files.create_table(str(path), schema, streams,
                                              configuration=configuration)
         if Location.of(path).local and "delta.columnMapping.mode" not in (configuration or {}):
@@ -141,7 +137,7 @@ class DeltaRsWrites:
         """Create the local table in one commit of Parquet files already in its directory
         (`actions`: their delta-rs add actions)."""
         parquet_files.create_with(str(path), schema, actions,
-                                  configuration=_configuration(schema, properties))
+                                  configuration=new_table_configuration(schema, properties))
 
     def properties(self, path: str) -> dict[str, str]:
         with self._table(path) as table:

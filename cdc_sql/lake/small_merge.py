@@ -476,7 +476,7 @@ def any_size(plan) -> bool:
 def _has_statistics(column: str, schema: pa.Schema, properties: dict[str, str]) -> bool:
     """Whether a table created here with `schema` and `properties` keeps file statistics of
     `column` (the statistics columns cdc-sql chooses, then the properties asked for)."""
-    chosen = {**(tables.stats_configuration(schema) or {}), **properties}
+    chosen = tables.new_table_configuration(schema, properties) or {}
     return not tables.without_statistics((column,), schema, chosen)
 
 

@@ -273,6 +273,11 @@ def stats_configuration(schema: pa.Schema) -> dict | None:
     return {"delta.dataSkippingStatsColumns": ",".join(quote(n) for n in kept)}
 
 
+def new_table_configuration(schema: pa.Schema, properties: dict | None) -> dict | None:
+    """A new table's properties: cdc-sql's statistics columns, then the pipeline's."""
+    return {**(stats_configuration(schema) or {}), **(properties or {})} or None
+
+
 def without_statistics(columns: tuple[str, ...], schema: pa.Schema,
                        properties: dict) -> dict[str, str]:
     """The columns among `columns` whose files Delta keeps no statistics of in a table of

@@ -2,11 +2,11 @@
 
 A batch for one silver table carries out a window.Window (planner.py chose it): the bronze
 changes in (P, U] (and, with the first batch, the snapshot splits' rows, placed at their
-watermarks). The statements a
-batch runs are built once, as a list of `Step`s, from the plan, the window and a few facts read
-from the lake (`Facts`: bronze's columns, renames and TRUNCATEs in the window); `cdc-sql plan`
-prints that same list. State records P := U only after the MERGE commits; a rerun of the same
-window is harmless (docs/architecture.md, "Why silver is exactly-once").
+watermarks). The statements a batch runs are built once, as a list of `Step`s, from the plan,
+the window and a few facts read from the lake (`Facts`: bronze's columns, renames and
+TRUNCATEs in the window); `cdc-sql plan` prints that same list. State records P := U only
+after the MERGE commits; a rerun of the same window is harmless (docs/architecture.md, "Why
+silver is exactly-once").
 
 The modules, in the order data flows (docs/architecture.md, "How a silver batch is built"):
 - plan.py: how a pipeline table becomes a silver table (`SilverPlan`), cascade topology;
