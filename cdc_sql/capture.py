@@ -33,13 +33,17 @@ from cdc_sql.lake import bronze
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.tables import each
 from cdc_sql.lake.state import CaptureEntry, ResnapshotEntry, SplitEntry
+from cdc_sql.source import mysql
 from cdc_sql.source.binlog import BinlogReader
 from cdc_sql.source.binlog_rows import Batch
-from cdc_sql.source.binlog_statements import Bypass
+from cdc_sql.source.binlog_statements import Bypass, ddl_between
 from cdc_sql.source.gtid import GtidSet, GtidWatermarks
 from cdc_sql.source.offsets import Offset, Position
 
 log = logging.getLogger("cdc_sql")
+# Per server, point where a run read the tables' definitions, and captured tables: the lowest
+# position from which the binlog up to that point holds no DDL of them (Capture.may_end).
+_CLEAR_AHEAD: dict[tuple, Offset] = {}
 
 
 @dataclass
@@ -79,6 +83,7 @@ class Capture:
         self.policy, self.schema_at = policy, schema_at
         self._writer: ThreadPoolExecutor | None = None  # lands batches, one at a time, in order
         self._landed = None  # the future of the batch being written
+        self._may_end: bool | None = None  # whether this pass may end at its bytes' bound
 
     @property
     def landing(self) -> set:
@@ -137,7 +142,8 @@ class Capture:
                     landed += reader.pending_bytes
                     self._submit(reader.take(), None, result)
                     continue
-                ending = ended(landed + reader.pending_bytes, self.pass_bytes)
+                ending = ended(landed + reader.pending_bytes, self.pass_bytes) and \
+                    self.may_end(reader.position)
                 full = reader.pending_rows >= batch_rows or \
                     reader.pending_bytes >= self.source.binlog_batch_bytes or \
                     time.monotonic() - last_flush >= self.source.binlog_batch_seconds
@@ -163,6 +169,37 @@ class Capture:
             log.info("binlog: DDL on %s at %s; reading the tables' definitions again",
                      ", ".join(result.schema_changed), reader.position)
         return result
+
+    def may_end(self, at: Position) -> bool:
+        """Whether the pass may end at `at`, past its bytes' bound: not if a DDL that may
+        change a captured table lies between `at` and where the tables' definitions were
+        read (`schema_at`), by the server's list of its events (binlog_statements.ddl_between).
+        The window up to `at` would be merged with the definitions from after that DDL, before
+        capture meets it: a column renamed there would reach silver as a new column, and the
+        values silver held under its old name would be lost. Such a pass goes on to the DDL,
+        and ends after it as after any DDL; its window is larger than `pass_bytes`. Asked once
+        a pass."""
+        if self._may_end is None:
+            self._may_end = self.schema_at is None or at.offset >= self.schema_at.offset or \
+                self._clear_ahead(at)
+            if not self._may_end:
+                log.info("binlog: a capture pass goes on past engine.window_bytes at %s: a "
+                         "DDL of a captured table lies ahead, before %s, where the tables' "
+                         "definitions were read", at, self.schema_at)
+        return self._may_end
+
+    def _clear_ahead(self, at: Position) -> bool:
+        """No DDL of a captured table between `at` and `schema_at`; a later pass of the run,
+        which would ask about a part of the same stretch, is answered from the first answer
+        (`_CLEAR_AHEAD`): the binlog up to `schema_at` does not change."""
+        key = (self.server, str(self.schema_at), frozenset(self.tables))
+        clear_from = _CLEAR_AHEAD.get(key)
+        if clear_from is not None and at.offset >= clear_from:
+            return True
+        if ddl_between(lambda: mysql.cursor(self.source), self.tables, at, self.schema_at):
+            return False
+        _CLEAR_AHEAD[key] = at.offset
+        return True
 
     def flush(self, reader: BinlogReader, source_time: str | None, pending: dict,
               marks: GtidWatermarks, result: Pass, last: bool = False) -> None:

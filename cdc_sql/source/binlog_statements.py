@@ -281,15 +281,15 @@ class PartitionEvents:
             return False
         if here.offset > self.schema_at.offset:
             return True
-        return not ddl_between(self._cursor, table, here, self.schema_at)
+        return not ddl_between(self._cursor, [table], here, self.schema_at)
 
 
-def ddl_between(cursor, table: tuple[str, str], after: Position, upto: Position) -> bool:
+def ddl_between(cursor, tables, after: Position, upto: Position) -> bool:
     """Whether the source's binlog holds, after `after` and before `upto`, a DDL statement that
-    may concern `table` (one that names it, or one that cannot be read, in its database), by
-    the server's own list of its events (SHOW BINLOG EVENTS; no row is decoded). Any error
-    counts as yes: the caller then reads the table again."""
-    db, name = table[0].lower(), table[1].lower()
+    may concern one of `tables` ((db, table) pairs: one that names it, or one that cannot be
+    read, in its database), by the server's own list of its events (SHOW BINLOG EVENTS; no row
+    is decoded). Any error counts as yes: the caller then does what is safe without knowing."""
+    wanted = {(db.lower(), name.lower()) for db, name in tables}
     try:
         with cursor() as cur:
             cur.execute("SHOW BINARY LOGS")
@@ -305,7 +305,7 @@ def ddl_between(cursor, table: tuple[str, str], after: Position, upto: Position)
                         if file == upto.file and at >= upto.pos:
                             return False
                         if kind in ("Query", "Query_compressed") and \
-                                _may_concern(str(info or ""), db, name):
+                                _may_concern(str(info or ""), wanted):
                             return True
                     if len(rows) < 1000:
                         break
@@ -315,8 +315,9 @@ def ddl_between(cursor, table: tuple[str, str], after: Position, upto: Position)
     return False
 
 
-def _may_concern(info: str, db: str, name: str) -> bool:
-    """A SHOW BINLOG EVENTS query (`use `db`; statement`) is DDL that may change the table."""
+def _may_concern(info: str, tables: set[tuple[str, str]]) -> bool:
+    """A SHOW BINLOG EVENTS query (`use `db`; statement`) is DDL that may change one of
+    `tables` (lower-case (db, table) pairs)."""
     schema, statement = "", info
     if info.startswith("use `"):
         close = info.find("`; ")
@@ -326,4 +327,6 @@ def _may_concern(info: str, db: str, name: str) -> bool:
         return False
     change = ddl.partition_change(statement, schema)
     named = {change.table, change.other} if change else ddl.touched_tables(statement, schema)
-    return (schema.lower() == db) if named is None else (db, name) in named
+    if named is None:
+        return any(db == schema.lower() for db, _ in tables)
+    return any(key in tables for key in named)

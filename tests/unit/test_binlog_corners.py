@@ -10,7 +10,7 @@ import pytest
 
 from cdc_sql.errors import SourceError
 from cdc_sql.source import binlog_events as ev
-from cdc_sql.source import ddl
+from cdc_sql.source import binlog_statements, ddl
 from cdc_sql.source.binlog_xa import at_commit
 from cdc_sql.source.partitions import Partitioning
 from cdc_sql.source.schema import SourceTable
@@ -262,3 +262,17 @@ def test_startup_gtid_is_checked_offline(tmp_path):
     for good in ("0-1-100,1-2-7", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7"):
         path.write_text(base.format(extra=f"  startup_gtid: '{good}'\n"))
         assert load_pipeline(path, environ={}).source.startup_gtid == good
+
+
+@pytest.mark.parametrize("info, concerns", [
+    ("use `db`; ALTER TABLE t RENAME COLUMN a TO b", True),
+    ("use `db`; ALTER TABLE other ADD COLUMN c INT", False),
+    ("use `other`; ALTER TABLE db.u ADD COLUMN c INT", True),  # named with its database
+    ("use `other`; ALTER TABLE u ADD COLUMN c INT", False),  # other.u
+    ("use `db`; RENAME TABLE x TO u", True),
+    ("use `db`; ALTER TABLE t TRUNCATE PARTITION p0", True),
+    ("use `db`; UPDATE t SET a = 1", False),  # not DDL
+    ("BEGIN", False),
+])
+def test_a_listed_event_concerns_any_of_the_tables_it_may_change(info, concerns):
+    assert binlog_statements._may_concern(info, {("db", "t"), ("db", "u")}) is concerns
