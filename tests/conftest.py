@@ -12,7 +12,7 @@ from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
 from tests.engines import engine, engine_server, engine_settings  # noqa: F401 - fixtures
 
 pytest_plugins = ["tests.objstores",  # the object-store emulators and lake_root
-                  "tests.transport_faults"]  # a test Sail's stream broke in runs once more
+                  "tests.transport_faults"]  # a test that met a broken Sail stream runs again
 
 _names = itertools.count(1)
 
