@@ -57,6 +57,7 @@ class Pass:
     resnapshots: list[str] = field(default_factory=list)  # source tables it asked to read again
     commits: list[tuple[int, float]] = field(default_factory=list)  # each: rows, seconds
     more: bool = False  # it ended at its bytes' bound, before the position it was to reach
+    mergeable: bool = True  # False: stopped before a DDL its definitions are from after
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,8 @@ class Capture:
                     break
             caught_up = reader.position.offset >= stop_at.offset
             result.more = not caught_up and ended(landed, self.pass_bytes)
+            result.mergeable = caught_up or self.stop is None or not self.stop.is_set() or \
+                self.may_end(reader.position)
             self.flush(reader, seen_at if caught_up else reader.source_time, pending, marks,
                        result, last=True)
             self.wait()
@@ -177,8 +180,10 @@ class Capture:
         The window up to `at` would be merged with the definitions from after that DDL, before
         capture meets it: a column renamed there would reach silver as a new column, and the
         values silver held under its old name would be lost. Such a pass goes on to the DDL,
-        and ends after it as after any DDL; its window is larger than `pass_bytes`. Asked once
-        a pass."""
+        and ends after it as after any DDL; its window is larger than `pass_bytes`. A pass
+        stopped (the run asked to stop) before such a DDL is not merged (`Pass.mergeable`):
+        the next run reads the definitions again and its first pass reaches the DDL. Asked
+        once a pass."""
         if self._may_end is None:
             self._may_end = self.schema_at is None or at.offset >= self.schema_at.offset or \
                 self._clear_ahead(at)

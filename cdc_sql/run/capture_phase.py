@@ -32,6 +32,7 @@ class Captured:
     resnapshots: list[str] = field(default_factory=list)
     batches: list[Batch] = field(default_factory=list)
     more: bool = False  # it ended at engine.window_bytes: capture goes on after the merge
+    mergeable: bool = True  # False: stopped before a DDL of its backlog (Capture.may_end)
 
 
 def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Position,
@@ -56,7 +57,7 @@ def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Positio
     return Captured(result.changes, start.offset.text, frozenset(result.changed_tables),
                     result.schema_changed, result.resnapshots,
                     [Batch(phase="capture", rows=rows, seconds=seconds)
-                     for rows, seconds in result.commits], result.more)
+                     for rows, seconds in result.commits], result.more, result.mergeable)
 
 
 def _policy(run: Run, plans: list[SilverPlan]) -> Policy:

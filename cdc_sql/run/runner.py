@@ -164,8 +164,9 @@ class Runner:
                 with summary.timed("snapshot"):  # of tables that just began to match
                     if snapshot_phase.snapshot(self.phases, view, plans, early):
                         view = self._refresh_end(view)
-            with summary.timed("merge"):
-                merged = merger.merge(plans, self.state.load(), seen, batches)
+            with summary.timed("merge"):  # unless stopped short of a DDL its definitions
+                merged = merger.merge(plans, self.state.load(), seen, batches) \
+                    if captured.mergeable else []  # are from after (Capture.may_end)
             summary.captured_changes += captured.changes
             summary.merged_tables |= set(merged)
             if captured.schema_changed or captured.resnapshots or captured.more:

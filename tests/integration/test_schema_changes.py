@@ -124,6 +124,38 @@ def test_a_pass_bounded_by_window_bytes_goes_on_to_a_ddl_ahead(mariadb, database
         mariadb, database, "SELECT id, label, n FROM {db}.items ORDER BY id")
 
 
+def test_a_run_stopped_short_of_a_ddl_its_definitions_are_from_after_merges_nothing(
+        mariadb, database, engine, make_pipeline, monkeypatch):
+    """A run asked to stop (a following run's SIGTERM) ends its pass where it stands; if a DDL
+    it has not reached lies before the point where it read the tables' definitions, its
+    window is not merged (it would be with the new definitions: a column renamed there would
+    lose its values). The next run reads the definitions again and reaches the DDL."""
+    import threading
+
+    from cdc_sql import faults
+    from cdc_sql.run.runner import Runner
+
+    mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, a VARCHAR(10), n INT)",
+                    "INSERT INTO items SELECT seq, CONCAT('a', seq), seq FROM seq_1_to_10",
+                    db=database)
+    pipeline = make_pipeline(f"- name: items\n  source: {database}.items", binlog_batch_rows=1)
+    run(pipeline, engine)
+    mariadb.execute("UPDATE items SET a = 'pre' WHERE id = 9",
+                    "UPDATE items SET a = 'pre' WHERE id = 8",
+                    "ALTER TABLE items RENAME COLUMN a TO label",
+                    "UPDATE items SET label = 'renamed' WHERE id = 10", db=database)
+    stop, point = threading.Event(), faults.point
+    monkeypatch.setattr(faults, "point", lambda name: (
+        stop.set() if name == "bronze.appended" else None, point(name)))
+    stopped = Runner(pipeline, engine, stop).run(until_caught_up=False)
+    monkeypatch.undo()
+    assert stopped.outcome == "stopped"
+    assert silver(engine, pipeline, "items", ["id", "a"])[7:9] == [(8, "a8"), (9, "a9")]
+    run(pipeline, engine)
+    assert silver(engine, pipeline, "items", ["id", "label", "n"]) == source(
+        mariadb, database, "SELECT id, label, n FROM {db}.items ORDER BY id")
+
+
 def test_a_new_shard_created_while_running_is_picked_up(mariadb, database, engine, make_pipeline):
     mariadb.execute("CREATE TABLE orders_1 (id INT PRIMARY KEY, amount INT)",
                     "INSERT INTO orders_1 SELECT seq, seq FROM seq_1_to_20", db=database)
