@@ -188,9 +188,9 @@ class Capture:
             self._may_end = self.schema_at is None or at.offset >= self.schema_at.offset or \
                 self._clear_ahead(at)
             if not self._may_end:
-                log.info("binlog: a capture pass goes on past engine.window_bytes at %s: a "
-                         "DDL of a captured table lies ahead, before %s, where the tables' "
-                         "definitions were read", at, self.schema_at)
+                log.info("binlog: a DDL of a captured table lies between %s and %s, where the "
+                         "tables' definitions were read: the pass does not end before it (a "
+                         "run asked to stop merges nothing)", at, self.schema_at)
         return self._may_end
 
     def _clear_ahead(self, at: Position) -> bool:
