@@ -9,7 +9,8 @@ from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from cdc_sql.lake import parquet_files, tables
+from cdc_sql.lake import delta_log, parquet_files, tables
+from cdc_sql.lake.delta_log import commit_file as _commit_file, identity as _identity
 from cdc_sql.lake.tables import (COMMIT_RETRIES, EVOLVE_MARK, OWN_MERGE,
                                  WRITES_FEATURES, append_with_delta_rs, literal, operation,
                                  new_table_configuration, predicate, stats_configuration,
@@ -58,17 +59,20 @@ class DeltaRsWrites:
 
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
-        """Rows into a table of the same columns are written by pyarrow and committed through
-        the open table (lake/parquet_files.py: less CPU than delta-rs's writer for bronze's
-        large change commits; in an object store through delta-rs's storage), unless they are
-        a list of less than SMALL_APPEND bytes (a state commit, a small table's changes), for
-        which delta-rs's writer is the quicker.
+        """Rows into a table of the same columns are written by pyarrow and committed
+        (lake/parquet_files.py: less CPU than delta-rs's writer for bronze's large change
+        commits; in an object store through delta-rs's storage), unless they are a list of
+        less than SMALL_APPEND bytes (a state commit, a small table's changes) to a table not
+        read from its log here (`_log`), for which delta-rs's writer is the quicker.
         Others are written by delta-rs: a list through the open table, a stream opening it
         itself. Figures: docs/performance.md ("Writing bronze")."""
         exists = self.exists(path)
         small = isinstance(batches, list) and sum(b.nbytes for b in batches) < tables.SMALL_APPEND
-        if exists and schema_mode is None and not small and self.schema(path) == schema:
+        if exists and schema_mode is None and (not small or self._log(path) is not None) and \
+                self.schema(path) == schema:
             self._append_files(path, batches, schema)
+            if small:
+                self._pack_if_due(path)
             return
         if not isinstance(batches, list) or not exists:
             if schema_mode == "merge":
@@ -113,7 +117,7 @@ class DeltaRsWrites:
         from deltalake import CommitProperties
 
         actions = parquet_files.write_files(str(path), schema, batches)
-        if actions:
+        if actions and not self._commit_here(path, actions, [], None):
             with self._table(path) as table:
                 self._commit_aside(path, table, actions, schema,
                                    CommitProperties(max_commit_retries=COMMIT_RETRIES))
@@ -140,6 +144,9 @@ class DeltaRsWrites:
                                   configuration=new_table_configuration(schema, properties))
 
     def properties(self, path: str) -> dict[str, str]:
+        found = self._log(path)
+        if found is not None:
+            return found.configuration
         with self._table(path) as table:
             return dict(table.metadata().configuration)
 
@@ -263,7 +270,7 @@ class DeltaRsWrites:
         """[] for a table without Delta's clustering feature (every table delta-rs writes, or
         none there yet), from its protocol; the columns of one with the feature are the
         engine's to tell (lake.WithFallback and lake.ReadsHere ask it on this error)."""
-        if self.exists(path):
+        if self.exists(path) and self._log(path) is None:
             with self._table(path) as table:
                 if "clustering" in (table.protocol().writer_features or ()):
                     raise NotImplementedError(f"{path}: liquid-clustered, its columns are "
@@ -293,13 +300,15 @@ class _Open:
     one seen then and the next version's does not exist (Delta's versions follow one another,
     each a commit file; a checkpoint adds files beside them). A table removed and made again
     has new commit files: it is opened anew (delta-rs's listing looks only for versions after
-    the open one, and would miss it)."""
+    the open one, and would miss it). `log`: the table as read from its log's files
+    (delta_log.py), False when it is not read so."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.table = None
         self._seen: tuple[int, tuple] | None = None
         self.aside = False  # committed by `create_write_transaction` in the current use
+        self.log: delta_log.Snapshot | None | bool = None
 
     def latest_version(self, path: str) -> int | None:
         """The table's latest version, counted by its commit files from the open table's on
@@ -382,22 +391,6 @@ def _files_hold_rows(path: str, table) -> bool:
         protocol.min_reader_version != 2
 
 
-def _commit_file(path: str, version: int) -> str:
-    return os.path.join(path, "_delta_log", f"{version:020d}.json")
-
-
-def _identity(file: str) -> tuple | None:
-    """What tells a commit file from another written later under the same name (a table
-    removed and made again): its inode, size, times and first bytes (a commit's first action
-    holds its time, its later ones the random names of its files). None: no such file."""
-    try:
-        with open(file, "rb") as commit:
-            found = os.fstat(commit.fileno())
-            return found.st_ino, found.st_size, found.st_mtime_ns, commit.read(4096)
-    except FileNotFoundError:
-        return None
-
-
 class DeltaRsTables(DeltaRsWrites):
     """Table operations with delta-rs, in this process. Tables stay open between operations
     (opening one replays its log: half of a state commit); a stream of batches opens its
@@ -459,6 +452,40 @@ class DeltaRsTables(DeltaRsWrites):
         table.create_write_transaction(actions, "append", schema, commit_properties=properties)
         self._open_tables[str(path)].aside = True
 
+    def _log(self, path: str) -> delta_log.Snapshot | None:
+        """The local table as read from its log's files (delta_log.py), at its latest version;
+        None for a table read by delta-rs (a table found not to be read so stays delta-rs's in
+        this process)."""
+        if not Location.of(path).local:
+            return None
+        with self._lock:
+            entry = self._open_tables.setdefault(str(path), _Open())
+        with entry.lock:
+            if entry.log is False:
+                return None
+            found = delta_log.read(str(path), entry.log or None)
+            entry.log = found if found is not None or not self.exists(path) else False
+            return found
+
+    def _commit_here(self, path: str, added: list, removed: list[str],
+                     mark: str | None) -> bool:
+        """Commit files already in a local table's directory (delta_log.commit) to a table
+        read from its log; then, as delta-rs after a commit of its own, a checkpoint when the
+        version asks for one. False, nothing done, for a table delta-rs commits to, or when
+        another writer took the version (delta-rs's commit then resolves it)."""
+        found = self._log(path)
+        if found is None or not found.writable() or \
+                not delta_log.commit(found, added, removed, mark):
+            return False
+        refreshed = getattr(self._local, "refreshed", None)
+        if refreshed is not None:  # an open DeltaTable brings itself up at its next use
+            refreshed.discard(str(path))
+        if delta_log.checkpoint_due(found, found.version + 1):
+            with self._table(path) as table:
+                table.create_checkpoint()
+                table.cleanup_metadata()
+        return True
+
     def exists(self, path: str) -> bool:
         if Location.of(path).local:
             return os.path.isdir(os.path.join(str(path), "_delta_log"))
@@ -468,10 +495,16 @@ class DeltaRsTables(DeltaRsWrites):
 
     def table_id(self, path: str) -> str:
         """The table's id (Delta's metaData.id, drawn when it was created)."""
+        found = self._log(path)
+        if found is not None:
+            return found.table_id
         with self._table(path) as table:
             return str(table.metadata().id)
 
     def version(self, path: str) -> int | None:
+        found = self._log(path)
+        if found is not None:
+            return found.version
         entry = self._open_tables.get(str(path))
         if entry is not None:
             with entry.lock:
@@ -482,16 +515,22 @@ class DeltaRsTables(DeltaRsWrites):
             return table.version()
 
     def history(self, path: str, after_version: int) -> list[tuple[int, str, str]] | None:
-        with self._table(path) as table:
-            count = table.version() - after_version
-            commits = table.history(count) if count > 0 else []
-        return sorted((int(c["version"]), operation(c.get("operation"),
-                                                    c.get("operationParameters"),
-                                                    c.get("userMetadata")),
+        found = self._log(path)
+        commits = None if found is None else delta_log.history(found, after_version)
+        if commits is None:
+            with self._table(path) as table:
+                count = table.version() - after_version
+                commits = [(int(c["version"]), c) for c in
+                           (table.history(count) if count > 0 else [])]
+        return sorted((version, operation(c.get("operation"), c.get("operationParameters"),
+                                          c.get("userMetadata")),
                        str((c.get("operationParameters") or {}).get("version", "")))
-                      for c in commits if int(c["version"]) > after_version)
+                      for version, c in commits if version > after_version)
 
     def schema(self, path: str) -> pa.Schema:
+        found = self._log(path)
+        if found is not None:
+            return found.schema()
         with self._table(path) as table:
             return pa.schema(table.schema().to_arrow())
 
@@ -501,11 +540,11 @@ class DeltaRsTables(DeltaRsWrites):
         """The table's rows (`where`: (column, operator, value) conditions, files skipped by
         their statistics). `each_file_once`: of a small table read whole several times in a
         process (state), each data file is read once and its rows kept (`_once`)."""
+        if each_file_once and not where:
+            rows = self._once(path, columns)
+            if rows is not None:
+                return rows
         with self._table(path) as table:
-            if each_file_once and not where:
-                rows = self._once(path, table, columns)
-                if rows is not None:
-                    return rows
             return table.to_pyarrow_table(columns=columns, filters=where or None)
 
     def read_within(self, path: str, columns: list[str],
@@ -519,23 +558,36 @@ class DeltaRsTables(DeltaRsWrites):
 
         column, after, upto = within
         where = tables.within_conditions(within)
+        found = self._plain(path, column)
+        if found is not None:
+            whole, files = found
+            schema = pa.schema([whole.field(c) for c in columns])
+            condition = pq.filters_to_expression(where)
+            try:
+                parts = [part.cast(schema).filter(condition)
+                         for name, size, _ in _within(files, after, upto) for part in _parts(
+                             os.path.join(str(Location.of(path)), name), size, columns)]
+            except (KeyError, ValueError, OSError, pa.ArrowException):
+                parts = None  # a file without one of the columns: read as ever
+            if parts is not None:
+                return pa.concat_tables(parts) if parts else schema.empty_table()
         with self._table(path) as table:
-            if _files_hold_rows(path, table):
-                schema = pa.schema(table.schema().to_arrow())
-                schema = pa.schema([schema.field(c) for c in columns])
-                files = _within(_file_list(_add_actions(table), column), after, upto)
-                condition = pq.filters_to_expression(where)
-                try:
-                    parts = [part.cast(schema).filter(condition)
-                             for name, size, _ in files for part in _parts(
-                                 os.path.join(str(Location.of(path)), name), size, columns)]
-                except (KeyError, ValueError, OSError, pa.ArrowException):
-                    parts = None  # a file without one of the columns: read as ever
-                if parts is not None:
-                    return pa.concat_tables(parts) if parts else schema.empty_table()
             return table.to_pyarrow_table(columns=columns, filters=where)
 
-    def _once(self, path: str, table, columns: list[str] | None) -> pa.Table | None:
+    def _plain(self, path: str, column: str | None) -> tuple[pa.Schema, list[tuple]] | None:
+        """The schema and `_file_list` (with the bounds of `column`) of a local table whose
+        rows are its files' (`_files_hold_rows`): from its log's files when read here, else
+        from delta-rs; None for any other table."""
+        found = self._log(path)
+        files = None if found is None else found.file_list(column)
+        if files is not None:
+            return found.schema(), files
+        with self._table(path) as table:
+            if not _files_hold_rows(path, table):
+                return None
+            return pa.schema(table.schema().to_arrow()), _file_list(_add_actions(table), column)
+
+    def _once(self, path: str, columns: list[str] | None) -> pa.Table | None:
         """The rows of a local table whose rows are its files' (no partition values, deletion
         vectors or mapped column names), each file's rows read once in this process: Delta
         never changes a data file, so a version's rows are those of the files its log lists,
@@ -544,9 +596,10 @@ class DeltaRsTables(DeltaRsWrites):
         None when the table is not such a one, or a file does not hold the columns."""
         import pyarrow.parquet as pq
 
-        if not _files_hold_rows(path, table):
+        found = self._plain(path, None)
+        if found is None:
             return None
-        whole = pa.schema(table.schema().to_arrow())
+        whole, listed = found
         schema = pa.schema([whole.field(c) for c in columns]) if columns else whole
         key = (str(path), tuple(columns or ()))
         with self._lock:
@@ -556,7 +609,7 @@ class DeltaRsTables(DeltaRsWrites):
         try:
             files = {name: kept[name] if name in kept else
                      pq.ParquetFile(os.path.join(root, name)).read(columns=columns).cast(schema)
-                     for name in _add_actions(table).column("path").to_pylist()}
+                     for name, *_ in listed}
         except (KeyError, ValueError, OSError, pa.ArrowException):  # a file without a column
             return None  # of them, or one not where the log says: read as ever
         with self._lock:
@@ -609,15 +662,18 @@ class DeltaRsTables(DeltaRsWrites):
         yet (delta-rs creates it)."""
         if not self.exists(path):
             return []
+        found = self._log(path)
+        if found is not None:
+            protocol = found.protocol
+            return _unwritable(protocol.get("readerFeatures"), protocol.get("writerFeatures"),
+                               protocol.get("minReaderVersion", 1),
+                               protocol.get("minWriterVersion", 2), found.configuration)
         with self._table(path) as table:
             protocol = table.protocol()
-            append_only = table.metadata().configuration.get("delta.appendOnly") == "true"
-        found = sorted(set(protocol.reader_features or ()) - {"timestampNtz"} |
-                       set(protocol.writer_features or ()) - WRITES_FEATURES)
-        if protocol.min_reader_version > 3 or protocol.min_writer_version > 7 or \
-                (protocol.writer_features is None and protocol.min_writer_version > 4):
-            found.append(f"protocol {protocol.min_reader_version}/{protocol.min_writer_version}")
-        return found + (["appendOnly"] if append_only else [])
+            configuration = table.metadata().configuration
+        return _unwritable(protocol.reader_features, protocol.writer_features,
+                           protocol.min_reader_version, protocol.min_writer_version,
+                           configuration)
 
     def file_bytes(self, path: str, within: tuple[str, str, str] | None = None) -> int:
         """Bytes of the table's data files; `within` (column, after, upto): only of the files
@@ -643,10 +699,8 @@ class DeltaRsTables(DeltaRsWrites):
         if identity is not None and hash(_identity(_commit_file(path, 0))) == identity and \
                 not os.path.exists(_commit_file(path, 1)):
             return names
-        with self._table(path) as table:
-            if not _files_hold_rows(path, table):
-                return None
-            return _add_actions(table).column("path").to_pylist()
+        found = self._plain(path, None)
+        return None if found is None else [name for name, *_ in found[1]]
 
     def data_files(self, path: str, column: str) -> list[tuple[str, object, object]]:
         """(path relative to the table, min, max of `column`) of each data file of a local,
@@ -656,6 +710,10 @@ class DeltaRsTables(DeltaRsWrites):
     def _files(self, path: str, column: str | None) -> list[tuple]:
         """(path relative to the table, bytes, rows, min and max of `column`) of each data
         file, from the Delta log; None where it has no statistics."""
+        found = self._log(path)
+        files = None if found is None else found.file_list(column)
+        if files is not None:
+            return files
         with self._table(path) as table:
             actions = _add_actions(table)
         return _file_list(actions, column)
@@ -670,11 +728,23 @@ class DeltaRsTables(DeltaRsWrites):
         from deltalake import CommitProperties
         from deltalake.transaction import RemoveAction
 
+        if self._commit_here(path, added, removed, OWN_MERGE):
+            return
         now = int(time.time() * 1000)
         with self._table(path) as table:
             self._commit_aside(path, table,
                                [*added, *(RemoveAction(name, True, now) for name in removed)],
                                schema, CommitProperties(custom_metadata={"userMetadata": OWN_MERGE}))
+
+
+def _unwritable(reader_features, writer_features, min_reader: int, min_writer: int,
+                configuration: dict) -> list[str]:
+    """What of a table's protocol and properties delta-rs cannot write (`unwritable`)."""
+    found = sorted(set(reader_features or ()) - {"timestampNtz"} |
+                   set(writer_features or ()) - WRITES_FEATURES)
+    if min_reader > 3 or min_writer > 7 or (writer_features is None and min_writer > 4):
+        found.append(f"protocol {min_reader}/{min_writer}")
+    return found + (["appendOnly"] if configuration.get("delta.appendOnly") == "true" else [])
 
 
 def _file_list(actions: pa.Table, column: str | None) -> list[tuple]:

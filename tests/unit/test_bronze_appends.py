@@ -109,8 +109,12 @@ def test_bronze_and_state_keep_a_short_log(tmp_path):
 def test_a_capture_append_looks_at_bronze_s_log_once(tmp_path, monkeypatch):
     """An append of a table's changes reads bronze's columns, then commits: one refresh of the
     open table for both (a schema per tenant makes thousands of them a batch). A commit of
-    another writer since the table was opened is still seen (the append follows it)."""
+    another writer since the table was opened is still seen (the append follows it). Of a
+    bronze of a few commits, read from its log (lake/delta_log.py), no table is opened."""
+    from cdc_sql.lake import delta_log
     from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+
+    monkeypatch.setattr(delta_log, "MOST_COMMITS", 0)  # every table delta-rs's
 
     lake = Lake.open(engines.start("sail"), str(tmp_path))  # the engine is never started
     bronze.ensure_changes_table(lake, SOURCE)
@@ -124,6 +128,16 @@ def test_a_capture_append_looks_at_bronze_s_log_once(tmp_path, monkeypatch):
     bronze.append_changes(lake, SOURCE, [changes(schema, 5, 4)])
     assert len(refreshes) == 1
     assert sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist()) == list(range(9))
+    monkeypatch.undo()
+    DeltaRsTables().append_arrow(path, [changes(schema, 9, 1)], schema)  # another writer
+    real_open, opened = DeltaTable.__init__, []
+    monkeypatch.setattr(DeltaTable, "__init__",
+                        lambda self, *a, **k: opened.append(1) or real_open(self, *a, **k))
+    lake = Lake.open(engines.start("sail"), str(tmp_path))
+    bronze.append_changes(lake, SOURCE, [changes(schema, 10, 2)])
+    assert opened == []
+    monkeypatch.undo()
+    assert sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist()) == list(range(12))
 
 
 def test_a_pin_within_a_pin_is_the_outer_one(tmp_path):

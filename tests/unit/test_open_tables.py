@@ -1,6 +1,8 @@
 """Tables kept open by `DeltaRsTables` (lake/delta_rs_tables.py): on a local path an open
 table at its latest version is used as it is (its log is not listed again), and whatever
-another writer did since (a commit, the table removed and made again) is always seen."""
+another writer did since (a commit, the table removed and made again) is always seen; the
+same of a table read from its log's files (lake/delta_log.py), which no DeltaTable opens.
+`delta_rs_reads` makes every table delta-rs's, as a log too long to be read here does."""
 from __future__ import annotations
 
 import os
@@ -10,9 +12,34 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction
+import pytest
 from hypothesis import given, settings, strategies as st
 
+from cdc_sql.lake import delta_log
 from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+
+
+@pytest.fixture
+def delta_rs_reads(monkeypatch):
+    monkeypatch.setattr(delta_log, "MOST_COMMITS", 0)
+
+
+@pytest.fixture(scope="module", params=["log", "delta-rs"])
+def read_by(request):
+    """Each test of it twice: tables read from their logs here, and by delta-rs."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "delta-rs":
+            patch.setattr(delta_log, "MOST_COMMITS", 0)
+        yield request.param
+
+
+def opened(monkeypatch) -> list:
+    """Each DeltaTable opened."""
+    calls: list = []
+    real = DeltaTable.__init__
+    monkeypatch.setattr(DeltaTable, "__init__",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    return calls
 
 
 def rows(*values: int) -> pa.Table:
@@ -35,7 +62,7 @@ def listed(monkeypatch) -> list:
     return calls
 
 
-def test_an_open_table_at_its_latest_is_not_listed_again(tmp_path, monkeypatch):
+def test_an_open_table_at_its_latest_is_not_listed_again(tmp_path, monkeypatch, delta_rs_reads):
     path = str(tmp_path / "t")
     write_deltalake(path, rows(1))
     tables = DeltaRsTables()
@@ -46,7 +73,7 @@ def test_an_open_table_at_its_latest_is_not_listed_again(tmp_path, monkeypatch):
     assert calls == []
 
 
-def test_another_writer_s_commit_is_seen(tmp_path, monkeypatch):
+def test_another_writer_s_commit_is_seen(tmp_path, monkeypatch, delta_rs_reads):
     path = str(tmp_path / "t")
     write_deltalake(path, rows(1))
     tables = DeltaRsTables()
@@ -79,7 +106,7 @@ OPERATIONS = st.lists(st.tuples(st.sampled_from(["own", "files", "other", "remad
 
 @settings(max_examples=25, deadline=None)
 @given(OPERATIONS)
-def test_what_an_open_table_reads_is_the_table_s_latest(tmp_path_factory, operations):
+def test_what_an_open_table_reads_is_the_table_s_latest(tmp_path_factory, read_by, operations):
     """Any mix of commits through the open table (appends, files written here), commits by
     another writer and the table removed and made again with a few versions: each version
     asked and each read is the table's latest."""
@@ -110,7 +137,7 @@ def test_what_an_open_table_reads_is_the_table_s_latest(tmp_path_factory, operat
 
 
 def test_a_version_is_counted_from_commit_files_after_a_commit_delta_rs_does_not_follow(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, delta_rs_reads):
     """A commit of files written here (`replace_files`, delta-rs's `create_write_transaction`)
     leaves the open table where it was: the version after it is counted from the log's file
     names, not by bringing the table up to date."""
@@ -127,7 +154,8 @@ def test_a_version_is_counted_from_commit_files_after_a_commit_delta_rs_does_not
 
 @settings(max_examples=25, deadline=None)
 @given(OPERATIONS)
-def test_within_pinned_each_read_sees_this_thread_s_own_commits(tmp_path_factory, operations):
+def test_within_pinned_each_read_sees_this_thread_s_own_commits(tmp_path_factory, read_by,
+                                                                operations):
     """`pinned` brings a table up to date once, at its first use; the commits made through
     the open tables after that (appends, files written here: delta-rs's
     `create_write_transaction` leaves its table where it was) are seen by every later read."""
@@ -147,7 +175,7 @@ def test_within_pinned_each_read_sees_this_thread_s_own_commits(tmp_path_factory
                 sorted(truth.to_pyarrow_table()["a"].to_pylist())
 
 
-def test_a_table_made_here_is_opened_once_at_its_first_use(tmp_path, monkeypatch):
+def test_a_table_made_here_is_opened_once_at_its_first_use(tmp_path, monkeypatch, delta_rs_reads):
     """A first run makes a changes table for each table of the pipeline and writes few of
     them: the table `create_arrow_table` makes is not opened then (opening it cost as much as
     making it), but at its first use, once."""
@@ -167,7 +195,7 @@ def test_a_table_made_here_is_opened_once_at_its_first_use(tmp_path, monkeypatch
 
 
 def test_the_files_of_a_table_made_here_with_its_rows_are_known_without_opening_it(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, delta_rs_reads):
     """A first run creates each small table's bronze with its rows and then reads its files
     (lake/first_version.py): while the table is at that first version, they are the files
     it was made with; after another commit, or made again by another writer, it is opened."""

@@ -152,20 +152,26 @@ def test_rows_appended_to_a_local_table_are_files_written_here_in_one_commit_eac
     assert actions["min.ts"].null_count == 2  # this module's statistics: no temporal bounds
 
     tables.append_arrow(path, [batch([(500, "x", None, 1)])], SCHEMA)  # a small list (a
-    actions = pa.RecordBatchReader.from_stream(  # state commit): delta-rs's write
+    actions = pa.RecordBatchReader.from_stream(  # state commit) to a table read from its
+        DeltaTable(path).get_add_actions(flatten=True)).read_all()  # log: written here too
+    assert actions.num_rows == 3 and actions["min.ts"].null_count == 3
+    with pytest.MonkeyPatch.context() as patch:  # to a table delta-rs reads: its write
+        patch.setattr(tables_module.delta_log, "MOST_COMMITS", 0)
+        tables_module.DeltaRsTables().append_arrow(path, [batch([(501, "x", None, 1)])], SCHEMA)
+    actions = pa.RecordBatchReader.from_stream(
         DeltaTable(path).get_add_actions(flatten=True)).read_all()
-    assert actions.num_rows == 3 and actions["min.ts"].null_count == 2
+    assert actions.num_rows == 4 and actions["min.ts"].null_count == 3
     large = [batch([(i, "x" * 100, None, i) for i in range(1000, 1000 + 12_000)])]
     assert sum(b.nbytes for b in large) >= tables_module.tables.SMALL_APPEND
     tables.append_arrow(path, large, SCHEMA)  # a large list (binlog changes): written here
     actions = pa.RecordBatchReader.from_stream(
         DeltaTable(path).get_add_actions(flatten=True)).read_all()
-    assert actions.num_rows == 4 and actions["min.ts"].null_count == 3
+    assert actions.num_rows == 5 and actions["min.ts"].null_count == 4
     tables.append_arrow(path, large, SCHEMA, schema_mode="merge")  # columns may change
     actions = pa.RecordBatchReader.from_stream(  # (bronze's schema follows the source's)
         DeltaTable(path).get_add_actions(flatten=True)).read_all()
-    assert actions.num_rows == 5 and actions["min.ts"].null_count == 3
-    assert DeltaTable(path).to_pyarrow_table().num_rows == 200 + 1 + 2 * 12_000
+    assert actions.num_rows == 6 and actions["min.ts"].null_count == 4
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 200 + 2 + 2 * 12_000
     wider = SCHEMA.append(pa.field("extra", pa.int32()))
     other = str(tmp_path / "wider")
     tables.create_arrow_table(other, wider)  # columns that differ: delta-rs's write decides
