@@ -24,6 +24,12 @@ key column (`key_ranges`), all in the one commit; a file reaching across ranges 
 by each part that changes it only within that part's range, and its other rows are written
 once the parts are in.
 
+A silver of a few rows (at most WHOLE_ROWS, and WHOLE_BYTES of Parquet and of its values) whose
+key columns are integers or strings is merged whole (`_merge_whole`): its files read once, the
+rows that change found by their keys in Python (a schema per tenant merges thousands of such
+tables a run, where a join's and a file's fixed costs are most of the work), and one file
+written in place of all of them; the same conditions, the same commit.
+
 A window replayed after a crash finds no later offset and no missing key: nothing is written,
 no commit. Memory: the window's last changes (and, for each file they change, which of its
 rows), a row group read and one written; silver's size does not count.
@@ -38,14 +44,86 @@ import pyarrow.parquet as pq
 from cdc_sql.lake.parquet_files import Files, table_files
 
 _SOURCE, _TARGET = "__cdc_source_row", "__cdc_target_row"
+WHOLE_ROWS = 4096  # a silver of at most this many rows ...
+WHOLE_BYTES = 2**20  # ... and Parquet bytes, and bytes of values (uncompressed), merged whole
 
 
 def merge(tables, path: str, changes: pa.Table, key: list[str]) -> int:
     """MERGE the last change per key (`changes`: silver's columns and `_cdc_remove`) into
     the Delta table at `path`; the files rewritten (0: nothing changed, no commit)."""
+    if tables.file_bytes(path) <= WHOLE_BYTES:
+        rewritten = _merge_whole(tables, path, changes, key)
+        if rewritten is not None:
+            return rewritten
     rewrite = Rewrite(tables, path, key)
     rewrite.add(changes)
     return rewrite.commit()
+
+
+def _merge_whole(tables, path: str, changes: pa.Table, key: list[str]) -> int | None:
+    """`merge` of a silver of a few rows: its files read whole, each change's row found by
+    its key, and all of them replaced by one file of the rows the MERGE leaves. None when
+    silver is not such a one (too many rows or bytes of values, a key column of another type,
+    a key held twice): `Rewrite`'s then."""
+    schema = tables.schema(path)
+    if not all(pa.types.is_integer(schema.field(k).type) or pa.types.is_string(
+            schema.field(k).type) or pa.types.is_large_string(schema.field(k).type)
+               for k in key):
+        return None
+    files = table_files(path)
+    opened = {name: pq.ParquetFile(files.open_input_file(name))
+              for name, _, _ in tables.data_files(path, key[0])}
+    footers = [p.metadata for p in opened.values()]
+    if sum(f.num_rows for f in footers) > WHOLE_ROWS or sum(
+            f.row_group(g).total_byte_size for f in footers for g in range(f.num_row_groups)) \
+            > WHOLE_BYTES:
+        return None
+    target = pa.concat_tables([_conformed(parquet.read(columns=[
+        n for n in schema.names if n in parquet.schema_arrow.names]), schema)
+        for parquet in opened.values()]) if opened else schema.empty_table()
+    found = _whole_changes(target, changes, key)
+    if found is None:
+        return None
+    dropped, taken = found
+    if not dropped and not taken:
+        return 0
+    written = Files(path, schema, files)
+    kept = target.filter(pa.array([row not in dropped for row in range(target.num_rows)],
+                                  pa.bool_()))
+    for rows in (kept, _conformed(changes.take(pa.array(taken, pa.int64())), schema)):
+        for batch in rows.to_batches():
+            written.write(batch)
+    tables.replace_files(path, list(opened), written.close(), schema)
+    return len(opened)
+
+
+def _whole_changes(target: pa.Table, changes: pa.Table,
+                   key: list[str]) -> tuple[set[int], list[int]] | None:
+    """The MERGE's outcome as rows: silver's rows it removes or replaces, and the changes it
+    writes (replacing a row with a later change, or inserted where the key is missing), as
+    `Rewrite.add` finds them (a NULL key matches nothing; a NULL offset or removal flag is
+    no later change, and no row). None when silver holds a key twice. Pure."""
+    def keys(table):
+        return zip(*(table[k].to_pylist() for k in key))
+
+    at: dict[tuple, int] = {}
+    for row, value in enumerate(keys(target)):
+        if None not in value:
+            if value in at:
+                return None
+            at[value] = row
+    held = target["_cdc_offset"].to_pylist()
+    offsets, removes = changes["_cdc_offset"].to_pylist(), changes["_cdc_remove"].to_pylist()
+    dropped, taken = set(), []
+    for change, value in enumerate(keys(changes)):
+        row = at.get(value) if None not in value else None
+        if row is not None:
+            if offsets[change] is None or held[row] is None or offsets[change] <= held[row]:
+                continue
+            dropped.add(row)
+        if removes[change] is False:
+            taken.append(change)
+    return dropped, taken
 
 
 class Rewrite:

@@ -378,9 +378,10 @@ def test_a_resnapshot_replaces_any_silver_with_the_model(engine, new_lake, data,
 
 def in_process_merges(monkeypatch, way: str) -> list:
     """Sends in-process MERGEs `way` ("delta-rs"; "files": lake/file_merge.py, taken for
-    rows of any width here; "ranges": every window past the memory budget, merged by
-    rewriting files in five key ranges); the list returned gets an entry per MERGE as it is
-    carried out, a false one for a MERGE another way."""
+    rows of any width here, its files rewritten a row group at a time; "whole": the same,
+    silver merged whole as a small one is; "ranges": every window past the memory budget,
+    merged by rewriting files in five key ranges); the list returned gets an entry per MERGE
+    as it is carried out, a false one for a MERGE another way."""
     from cdc_sql.lake import delta_rs_tables, file_merge, small_merge
 
     merges = []
@@ -392,11 +393,14 @@ def in_process_merges(monkeypatch, way: str) -> list:
         real_add = file_merge.Rewrite.add
         monkeypatch.setattr(file_merge.Rewrite, "add",
                             lambda self, *args: merges.append(True) or real_add(self, *args))
-    if way == "files":
+    if way in ("files", "whole"):
         monkeypatch.setattr(small_merge, "WIDE_ROW_BYTES", 0)
-        real_files = file_merge.merge
-        monkeypatch.setattr(file_merge, "merge",
-                            lambda *args: merges.append(args) or real_files(*args))
+        if way == "files":
+            monkeypatch.setattr(file_merge, "WHOLE_ROWS", -1)
+        real_merge = file_merge.Rewrite.add if way == "files" else file_merge._merge_whole
+        monkeypatch.setattr(file_merge.Rewrite if way == "files" else file_merge,
+                            "add" if way == "files" else "_merge_whole",
+                            lambda *args: merges.append(args) or real_merge(*args))
     real = delta_rs_tables.DeltaRsTables.merge_changes
     monkeypatch.setattr(delta_rs_tables.DeltaRsTables, "merge_changes",
                         lambda self, *args: merges.append(way == "delta-rs") or
@@ -404,7 +408,7 @@ def in_process_merges(monkeypatch, way: str) -> list:
     return merges
 
 
-@pytest.mark.parametrize("way", ["delta-rs", "files", "ranges"])
+@pytest.mark.parametrize("way", ["delta-rs", "files", "whole", "ranges"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), history=histories())
 def test_windows_merged_by_delta_rs_equal_the_engine_merge(engine, new_lake, monkeypatch, way,

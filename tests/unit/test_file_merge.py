@@ -41,6 +41,7 @@ def rows_of(path: str) -> dict:
 def test_later_changes_replace_remove_and_insert_rows_in_one_commit(tmp_path, monkeypatch):
     path = str(tmp_path / "silver")
     monkeypatch.setattr(parquet_files, "ROW_GROUP_BYTES", 200)  # a few rows a row group
+    monkeypatch.setattr(file_merge, "WHOLE_ROWS", -1)  # not merged whole
     silver(path, [[(i, "x" * 50, "b") for i in range(1, 11)], [(20, "y", "b"), (21, "y", "b")]])
     read = []
     real = pq.ParquetFile.read_row_group
@@ -168,3 +169,76 @@ def test_a_merge_in_parts_is_one_commit_and_an_abandoned_one_leaves_no_file(tmp_
     assert rewrite.commit() == 2 and DeltaTable(path).version() == version + 1
     want = {i: ("a", "b") for i in range(20) if i != 15} | {3: ("new", "c"), 25: ("ins", "c")}
     assert rows_of(path) == want
+
+
+def test_a_small_silver_is_merged_whole_into_one_file(tmp_path, monkeypatch):
+    """Every file of a silver of a few rows read once and replaced by one file of the rows
+    the MERGE leaves, in one commit of cdc-sql's own; a replay writes nothing."""
+    path = str(tmp_path / "silver")
+    silver(path, [[(i, "x", "b") for i in range(1, 11)], [(20, "y", "b"), (21, "y", "b")]])
+    whole = []
+    real = file_merge._merge_whole
+    monkeypatch.setattr(file_merge, "_merge_whole", lambda *a: whole.append(real(*a)) or whole[-1])
+    window = changes([(2, "new", "c", False), (3, "old", "a", False), (4, "", "c", True),
+                      (30, "ins", "c", False), (31, "", "c", True)])
+    assert file_merge.merge(DeltaRsTables(), path, window, ["id"]) == 2 and whole == [2]
+    want = {i: ("x", "b") for i in range(1, 11) if i != 4} | \
+        {2: ("new", "c"), 20: ("y", "b"), 21: ("y", "b"), 30: ("ins", "c")}
+    assert rows_of(path) == want and len(DeltaTable(path).file_uris()) == 1
+    last = DeltaTable(path).history(1)[0]
+    assert operation(last["operation"], last.get("operationParameters"),
+                     last.get("userMetadata")) == OWN_MERGE
+    version = DeltaTable(path).version()
+    assert file_merge.merge(DeltaRsTables(), path, window, ["id"]) == 0  # a replay
+    assert DeltaTable(path).version() == version and rows_of(path) == want
+
+
+def test_a_silver_not_merged_whole_is_rewritten_by_its_files(tmp_path, monkeypatch):
+    """Too many rows, a key held twice: `Rewrite`'s, as ever."""
+    path = str(tmp_path / "silver")
+    silver(path, [[(1, "x", "b"), (2, "x", "b")], [(2, "y", "b")]])  # key 2 twice
+    assert file_merge._merge_whole(DeltaRsTables(), path, changes([(2, "z", "c", False)]),
+                                   ["id"]) is None
+    other = str(tmp_path / "other")
+    silver(other, [[(i, "x", "b") for i in range(10)]])
+    monkeypatch.setattr(file_merge, "WHOLE_ROWS", 9)
+    assert file_merge._merge_whole(DeltaRsTables(), other, changes([(2, "z", "c", False)]),
+                                   ["id"]) is None
+    assert file_merge.merge(DeltaRsTables(), other, changes([(2, "z", "c", False)]),
+                            ["id"]) == 1 and rows_of(other)[2] == ("z", "c")
+
+
+KEYED = pa.schema([("k", pa.int32()), ("s", pa.string()), ("v", pa.string()),
+                   ("_cdc_offset", pa.string())])
+KEYS = st.tuples(st.integers(0, 4), st.sampled_from(["a", "b", "ä", None]))
+OFFSETS = st.sampled_from(["a", "b", "c", None])
+
+
+@given(st.lists(st.lists(st.tuples(KEYS, OFFSETS), max_size=4), max_size=3),
+       st.dictionaries(KEYS, st.tuples(OFFSETS, st.sampled_from([True, False, None])),
+                       max_size=8))
+def test_merged_whole_is_what_a_rewrite_of_files_leaves(tmp_path_factory, files, window):
+    """Over random silvers (several files, a two-column key with NULLs, NULL offsets) and
+    windows (removals, NULL flags), the rows merged whole are those `Rewrite` leaves."""
+    seen: set = set()
+    files = [[(k, o) for k, o in rows if k not in seen and not seen.add(k)] for rows in files]
+    files = [rows for rows in files if rows]
+    results = []
+    for whole in (True, False):
+        path = str(tmp_path_factory.mktemp("whole") / "t")
+        batches = [pa.record_batch([[k[0] for k, _ in rows], [k[1] for k, _ in rows],
+                                    ["old"] * len(rows), [o for _, o in rows]], schema=KEYED)
+                   for rows in files]
+        parquet_files.create_table(path, KEYED, [lambda b=b: [b] for b in batches])
+        last = pa.table({"k": pa.array([k[0] for k in window], pa.int32()),
+                         "s": pa.array([k[1] for k in window], pa.string()),
+                         "v": ["new"] * len(window),
+                         "_cdc_offset": pa.array([o for o, _ in window.values()], pa.string()),
+                         "_cdc_remove": pa.array([r for _, r in window.values()], pa.bool_())})
+        with pytest.MonkeyPatch.context() as patch:
+            if not whole:
+                patch.setattr(file_merge, "WHOLE_ROWS", -1)
+            file_merge.merge(DeltaRsTables(), path, last, ["k", "s"])
+        results.append(sorted(DeltaTable(path).to_pyarrow_table().to_pylist(),
+                              key=lambda r: tuple((v is None, v) for v in r.values())))
+    assert results[0] == results[1]
