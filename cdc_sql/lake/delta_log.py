@@ -79,12 +79,18 @@ class Snapshot:
         return self._schema[0]
 
     def writable(self) -> bool:
-        """Whether this module may commit to the table: no feature delta-rs would not write
-        either, not append-only (a rewrite removes files), and of versions it writes."""
-        protocol = self.protocol
-        return set(protocol.get("writerFeatures") or ()) <= WRITE_FEATURES and \
-            protocol.get("minWriterVersion", 0) in (2, 3, 4, 7) and \
-            self.configuration.get("delta.appendOnly") != "true"
+        """Whether this module may commit files written here to the table: writer version 2,
+        or 7 with no feature outside WRITE_FEATURES; nothing a writer must check or compute
+        (constraints, invariants, generated columns: delta-rs's writer does); not
+        append-only (a rewrite removes files)."""
+        protocol, configuration = self.protocol, self.configuration
+        schema = self.metadata.get("schemaString") or ""
+        return (protocol.get("minWriterVersion") == 2 or (
+            protocol.get("minWriterVersion") == 7 and
+            set(protocol.get("writerFeatures") or ()) <= WRITE_FEATURES)) and \
+            configuration.get("delta.appendOnly") != "true" and \
+            not any(k.startswith("delta.constraints.") for k in configuration) and \
+            "delta.invariants" not in schema and "delta.generationExpression" not in schema
 
     def file_list(self, column: str | None) -> list[tuple] | None:
         """(path, bytes, rows, min and max of `column`) of each data file, as delta-rs's

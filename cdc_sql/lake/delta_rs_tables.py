@@ -63,12 +63,12 @@ class DeltaRsWrites:
         (lake/parquet_files.py: less CPU than delta-rs's writer for bronze's large change
         commits; in an object store through delta-rs's storage), unless they are a list of
         less than SMALL_APPEND bytes (a state commit, a small table's changes) to a table not
-        read from its log here (`_log`), for which delta-rs's writer is the quicker.
+        committed to here (`_writes_here`), for which delta-rs's writer is the quicker.
         Others are written by delta-rs: a list through the open table, a stream opening it
         itself. Figures: docs/performance.md ("Writing bronze")."""
         exists = self.exists(path)
         small = isinstance(batches, list) and sum(b.nbytes for b in batches) < tables.SMALL_APPEND
-        if exists and schema_mode is None and (not small or self._log(path) is not None) and \
+        if exists and schema_mode is None and (not small or self._writes_here(path)) and \
                 self.schema(path) == schema:
             self._append_files(path, batches, schema)
             if small:
@@ -466,6 +466,11 @@ class DeltaRsTables(DeltaRsWrites):
             found = delta_log.read(str(path), entry.log or None)
             entry.log = found if found is not None or not self.exists(path) else False
             return found
+
+    def _writes_here(self, path: str) -> bool:
+        """Whether files written here are committed to the table here (`_commit_here`)."""
+        found = self._log(path)
+        return found is not None and found.writable()
 
     def _commit_here(self, path: str, added: list, removed: list[str],
                      mark: str | None) -> bool:

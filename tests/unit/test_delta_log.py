@@ -182,3 +182,24 @@ def test_bounds_of_types_json_holds_inexactly_are_delta_rs_s(tmp_path):
     assert snapshot.file_list("missing") is None
     assert DeltaRsTables().data_files(path, "d")[0][1:] == (decimal.Decimal("1.50"),
                                                            decimal.Decimal("2.25"))
+
+
+@pytest.mark.parametrize("configuration, protocol, writable", [
+    ({}, {"minReaderVersion": 1, "minWriterVersion": 2}, True),
+    ({}, {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["timestampNtz"],
+          "writerFeatures": ["timestampNtz", "appendOnly", "invariants"]}, True),
+    ({"delta.appendOnly": "true"}, {"minReaderVersion": 1, "minWriterVersion": 2}, False),
+    ({"delta.constraints.positive": "a > 0"},
+     {"minReaderVersion": 1, "minWriterVersion": 3}, False),
+    ({}, {"minReaderVersion": 1, "minWriterVersion": 4}, False),
+    ({}, {"minReaderVersion": 3, "minWriterVersion": 7,
+          "writerFeatures": ["checkConstraints"]}, False),
+])
+def test_only_a_table_with_nothing_for_a_writer_to_check_is_committed_to_here(
+        configuration, protocol, writable):
+    metadata = {"id": "x", "configuration": configuration, "partitionColumns": [],
+                "schemaString": json.dumps({"type": "struct", "fields": []})}
+    snapshot = delta_log.Snapshot("p", 0, protocol, metadata, {}, ())
+    assert snapshot.writable() is writable
+    invariant = dict(metadata, schemaString='{"fields": [{"metadata": {"delta.invariants": 1}}]}')
+    assert not delta_log.Snapshot("p", 0, protocol, invariant, {}, ()).writable()
