@@ -25,15 +25,17 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from cdc_sql.lake.tables import WRITES_FEATURES
+
 # A log of more commit files, or with a checkpoint, is opened by delta-rs: replaying 100 commit
 # files here takes 3-5 ms where delta-rs takes 45-65 ms; past delta-rs's checkpoint interval
 # (CHECKPOINT_INTERVAL) a table has a checkpoint, which this module does not read.
 MOST_COMMITS = 100
 READ_FEATURES = frozenset({"timestampNtz"})
-WRITE_FEATURES = frozenset({"timestampNtz", "invariants", "appendOnly", "changeDataFeed"})
 CHECKPOINT_INTERVAL = 100  # delta-rs's default `delta.checkpointInterval`
 _COMMIT = re.compile(r"^(\d{20})\.json$")
-_BESIDE = re.compile(r"^(\.|\d{20}\.crc$)")  # a writer's temporary file, a version's checksum
+# beside the commit files: a writer's temporary file (ours, delta-rs's), a version's checksum
+_BESIDE = re.compile(r"^(\.|_commit_.*\.tmp$|\d{20}\.crc$)")
 ENGINE = "cdc-sql"
 
 
@@ -84,14 +86,14 @@ class Snapshot:
 
     def writable(self) -> bool:
         """Whether this module may commit files written here to the table: writer version 2,
-        or 7 with no feature outside WRITE_FEATURES; nothing a writer must check or compute
+        or 7 with no feature outside WRITES_FEATURES; nothing a writer must check or compute
         (constraints, invariants, generated columns: delta-rs's writer does); not
         append-only (a rewrite removes files)."""
         protocol, configuration = self.protocol, self.configuration
         schema = self.metadata.get("schemaString") or ""
         return (protocol.get("minWriterVersion") == 2 or (
             protocol.get("minWriterVersion") == 7 and
-            set(protocol.get("writerFeatures") or ()) <= WRITE_FEATURES)) and \
+            set(protocol.get("writerFeatures") or ()) <= WRITES_FEATURES)) and \
             configuration.get("delta.appendOnly") != "true" and \
             not any(k.startswith("delta.constraints.") for k in configuration) and \
             "delta.invariants" not in schema and "delta.generationExpression" not in schema
@@ -183,8 +185,9 @@ def _replayed(snapshot: Snapshot, path: str) -> Snapshot | None:
             for action in map(json.loads, filter(bytes.strip, text.splitlines())):
                 if "add" in action:
                     add = action["add"]
-                    if add.get("deletionVector") or add.get("partitionValues"):
-                        return None
+                    if add.get("deletionVector") or add.get("partitionValues") or \
+                            "://" in add["path"] or add["path"].startswith("/"):
+                        return None  # rows not the file's, or a file outside the table
                     files[unquote(add["path"])] = add
                 elif "remove" in action:
                     files.pop(unquote(action["remove"]["path"]), None)
@@ -211,7 +214,7 @@ def _readable(protocol: dict, metadata: dict) -> bool:
         configuration.get("delta.columnMapping.mode", "none") == "none" and \
         protocol.get("minReaderVersion", 1) in (1, 3) and \
         set(protocol.get("readerFeatures") or ()) <= READ_FEATURES and \
-        set(protocol.get("writerFeatures") or ()) <= WRITE_FEATURES
+        set(protocol.get("writerFeatures") or ()) <= WRITES_FEATURES
 
 
 def history(snapshot: Snapshot, after_version: int) -> list[tuple[int, dict]] | None:
@@ -254,8 +257,9 @@ def commit(snapshot: Snapshot, added: list, removed: list[str], mark: str | None
                *({"add": {"path": a.path, "partitionValues": {}, "size": a.size,
                           "modificationTime": a.modification_time,
                           "dataChange": a.data_change, "stats": a.stats}} for a in added),
-               *({"remove": {"path": snapshot.files[name]["path"], "dataChange": True, "deletionTimestamp": now,
-                             "extendedFileMetadata": False}} for name in removed)]
+               *({"remove": {"path": snapshot.files[name]["path"], "dataChange": True,
+                             "deletionTimestamp": now, "extendedFileMetadata": False}}
+                 for name in removed)]
     log_dir = os.path.join(snapshot.path, "_delta_log")
     temporary = os.path.join(log_dir, f".{ENGINE}-{uuid.uuid4()}.json.tmp")
     with open(temporary, "w", encoding="utf-8") as out:

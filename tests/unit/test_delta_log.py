@@ -121,7 +121,8 @@ def test_a_commit_here_at_the_checkpoint_interval_writes_a_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["partitioned", "column mapping", "many commits",
-                                  "gap", "unknown file", "truncated", "not there"])
+                                  "gap", "unknown file", "truncated", "not there",
+                                  "file outside"])
 def test_a_table_not_read_here_is_delta_rs_s(tmp_path, kind):
     path = str(tmp_path / "t")
     if kind == "partitioned":
@@ -142,6 +143,11 @@ def test_a_table_not_read_here_is_delta_rs_s(tmp_path, kind):
             os.remove(delta_log.commit_file(path, 1))
         elif kind == "unknown file":
             open(f"{log}/_last_checkpoint", "w").write("{}")
+        elif kind == "file outside":
+            with open(delta_log.commit_file(path, 3), "w") as commit:
+                commit.write(json.dumps({"add": {"path": "/elsewhere/x.parquet", "size": 1,
+                                                 "partitionValues": {}, "dataChange": True,
+                                                 "modificationTime": 0}}) + "\n")
         elif kind == "truncated":
             text = open(delta_log.commit_file(path, 2)).read()
             open(delta_log.commit_file(path, 2), "w").write(text[:len(text) // 2])
@@ -203,3 +209,11 @@ def test_only_a_table_with_nothing_for_a_writer_to_check_is_committed_to_here(
     assert snapshot.writable() is writable
     invariant = dict(metadata, schemaString='{"fields": [{"metadata": {"delta.invariants": 1}}]}')
     assert not delta_log.Snapshot("p", 0, protocol, invariant, {}, ()).writable()
+
+
+def test_a_writer_s_temporary_file_or_a_checksum_beside_the_commits_is_no_stranger(tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, rows(1))
+    for name in ("_commit_5e1f.json.tmp", ".cdc-sql-x.json.tmp", f"{0:020d}.crc"):
+        open(f"{path}/_delta_log/{name}", "w").write("{}")
+    assert delta_log.read(path).version == 0

@@ -33,15 +33,6 @@ def read_by(request):
         yield request.param
 
 
-def opened(monkeypatch) -> list:
-    """Each DeltaTable opened."""
-    calls: list = []
-    real = DeltaTable.__init__
-    monkeypatch.setattr(DeltaTable, "__init__",
-                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
-    return calls
-
-
 def rows(*values: int) -> pa.Table:
     return pa.table({"a": pa.array(values, pa.int64())})
 
