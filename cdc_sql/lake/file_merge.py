@@ -25,10 +25,11 @@ by each part that changes it only within that part's range, and its other rows a
 once the parts are in.
 
 A silver of a few rows (at most WHOLE_ROWS, and WHOLE_BYTES of Parquet and of its values) whose
-key columns are integers or strings is merged whole (`_merge_whole`): its files read once, the
-rows that change found by their keys in Python (a schema per tenant merges thousands of such
-tables a run, where a join's and a file's fixed costs are most of the work), and one file
-written in place of all of them; the same conditions, the same commit.
+key columns are integers or strings, given at most WHOLE_ROWS changes, is merged whole
+(`_merge_whole`): its files read once, the rows that change found by their keys in Python (a
+schema per tenant merges thousands of such tables a run, where a join's and a file's fixed
+costs are most of the work), and one file written in place of all of them; the same
+conditions, the same commit.
 
 A window replayed after a crash finds no later offset and no missing key: nothing is written,
 no commit. Memory: the window's last changes (and, for each file they change, which of its
@@ -51,7 +52,7 @@ WHOLE_BYTES = 2**20  # ... and Parquet bytes, and bytes of values (uncompressed)
 def merge(tables, path: str, changes: pa.Table, key: list[str]) -> int:
     """MERGE the last change per key (`changes`: silver's columns and `_cdc_remove`) into
     the Delta table at `path`; the files rewritten (0: nothing changed, no commit)."""
-    if tables.file_bytes(path) <= WHOLE_BYTES:
+    if changes.num_rows <= WHOLE_ROWS and tables.file_bytes(path) <= WHOLE_BYTES:
         rewritten = _merge_whole(tables, path, changes, key)
         if rewritten is not None:
             return rewritten

@@ -206,6 +206,10 @@ def test_a_silver_not_merged_whole_is_rewritten_by_its_files(tmp_path, monkeypat
                                    ["id"]) is None
     assert file_merge.merge(DeltaRsTables(), other, changes([(2, "z", "c", False)]),
                             ["id"]) == 1 and rows_of(other)[2] == ("z", "c")
+    monkeypatch.setattr(file_merge, "WHOLE_ROWS", 1)  # silver fits, the window does not
+    monkeypatch.setattr(file_merge, "_merge_whole", lambda *_: pytest.fail("merged whole"))
+    file_merge.merge(DeltaRsTables(), path, changes([(1, "z", "d", False), (9, "n", "d", False)]),
+                     ["id"])
 
 
 KEYED = pa.schema([("k", pa.int32()), ("s", pa.string()), ("v", pa.string()),
