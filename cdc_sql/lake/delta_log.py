@@ -209,12 +209,20 @@ def _replayed(snapshot: Snapshot, path: str) -> Snapshot | None:
 
 def _readable(protocol: dict, metadata: dict) -> bool:
     """Whether a table's rows are its files' as this module reads them."""
-    configuration = metadata.get("configuration") or {}
-    return bool(protocol) and bool(metadata) and not metadata.get("partitionColumns") and \
-        configuration.get("delta.columnMapping.mode", "none") == "none" and \
+    return bool(protocol) and bool(metadata) and rows_are_files(
+        metadata.get("partitionColumns"), metadata.get("configuration") or {},
+        protocol.get("minReaderVersion", 1), protocol.get("readerFeatures")) and \
         protocol.get("minReaderVersion", 1) in (1, 3) and \
-        set(protocol.get("readerFeatures") or ()) <= READ_FEATURES and \
         set(protocol.get("writerFeatures") or ()) <= WRITES_FEATURES
+
+
+def rows_are_files(partition_columns, configuration: dict, min_reader: int,
+                   reader_features) -> bool:
+    """Whether a table's rows are those of its files, read as they are: no partition values,
+    deletion vectors or mapped column names (of its metadata and protocol). Pure."""
+    return not partition_columns and \
+        configuration.get("delta.columnMapping.mode", "none") == "none" and \
+        set(reader_features or ()) <= READ_FEATURES and min_reader != 2
 
 
 def history(snapshot: Snapshot, after_version: int) -> list[tuple[int, dict]] | None:

@@ -385,10 +385,9 @@ def _files_hold_rows(path: str, table) -> bool:
     """Whether the open local table's rows are those of its files, read as they are: no
     partition values, deletion vectors or mapped column names."""
     protocol, metadata = table.protocol(), table.metadata()
-    return Location.of(path).local and not metadata.partition_columns and \
-        metadata.configuration.get("delta.columnMapping.mode", "none") == "none" and \
-        not set(protocol.reader_features or ()) - {"timestampNtz"} and \
-        protocol.min_reader_version != 2
+    return Location.of(path).local and delta_log.rows_are_files(
+        metadata.partition_columns, metadata.configuration, protocol.min_reader_version,
+        protocol.reader_features)
 
 
 class DeltaRsTables(DeltaRsWrites):
