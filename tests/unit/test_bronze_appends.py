@@ -113,6 +113,7 @@ def test_a_capture_append_looks_at_bronze_s_log_once(tmp_path, monkeypatch):
     bronze of a few commits, read from its log (lake/delta_log.py), no table is opened."""
     from cdc_sql.lake import delta_log
     from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+    from tests.unit.test_open_tables import tables_opened
 
     monkeypatch.setattr(delta_log, "MOST_COMMITS", 0)  # every table delta-rs's
 
@@ -130,9 +131,7 @@ def test_a_capture_append_looks_at_bronze_s_log_once(tmp_path, monkeypatch):
     assert sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist()) == list(range(9))
     monkeypatch.undo()
     DeltaRsTables().append_arrow(path, [changes(schema, 9, 1)], schema)  # another writer
-    real_open, opened = DeltaTable.__init__, []
-    monkeypatch.setattr(DeltaTable, "__init__",
-                        lambda self, *a, **k: opened.append(1) or real_open(self, *a, **k))
+    opened = tables_opened(monkeypatch)
     lake = Lake.open(engines.start("sail"), str(tmp_path))
     bronze.append_changes(lake, SOURCE, [changes(schema, 10, 2)])
     assert opened == []

@@ -18,6 +18,7 @@ from deltalake.transaction import AddAction
 from cdc_sql.lake import delta_log
 from cdc_sql.lake.delta_rs_tables import DeltaRsTables
 from cdc_sql.lake.tables import OWN_MERGE
+from tests.unit.test_open_tables import tables_opened
 
 
 SCHEMA = pa.schema([("a", pa.int64()), ("s", pa.string())])
@@ -25,14 +26,6 @@ SCHEMA = pa.schema([("a", pa.int64()), ("s", pa.string())])
 
 def rows(*values: int) -> pa.Table:
     return pa.table({"a": list(values), "s": [f"v{v}" for v in values]}, SCHEMA)
-
-
-def opened(monkeypatch) -> list:
-    calls: list = []
-    real = DeltaTable.__init__
-    monkeypatch.setattr(DeltaTable, "__init__",
-                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
-    return calls
 
 
 def a_file(path: str, name: str, values: pa.Table) -> AddAction:
@@ -48,7 +41,7 @@ def test_a_small_table_is_read_and_committed_without_delta_rs_opening_it(tmp_pat
     write_deltalake(path, rows(1, 2))
     write_deltalake(path, rows(3), mode="append")
     truth = DeltaTable(path)
-    tables, calls = DeltaRsTables(), opened(monkeypatch)
+    tables, calls = DeltaRsTables(), tables_opened(monkeypatch)
     assert tables.version(path) == 1 and tables.schema(path) == rows().schema
     assert tables.table_id(path) == str(truth.metadata().id)
     assert tables.unwritable(path) == [] and tables.clustering(path) == []

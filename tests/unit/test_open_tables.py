@@ -44,6 +44,15 @@ def add_file(tables: DeltaRsTables, path: str, name: str, values: pa.Table) -> N
                                               True, None)], values.schema)
 
 
+def tables_opened(monkeypatch) -> list:
+    """Each DeltaTable opened."""
+    calls: list = []
+    real = DeltaTable.__init__
+    monkeypatch.setattr(DeltaTable, "__init__",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    return calls
+
+
 def listed(monkeypatch) -> list:
     """Each time delta-rs lists an open table's log to bring it up to date."""
     calls: list = []
@@ -174,10 +183,7 @@ def test_a_table_made_here_is_opened_once_at_its_first_use(tmp_path, monkeypatch
     tables = DeltaRsTables()
     tables.create_arrow_table(path, rows().schema)
     tables.create_arrow_table(path, rows().schema)  # there: left as it is
-    opened = []
-    real = DeltaTable.__init__
-    monkeypatch.setattr(DeltaTable, "__init__",
-                        lambda self, *a, **k: opened.append(1) or real(self, *a, **k))
+    opened = tables_opened(monkeypatch)
     calls = listed(monkeypatch)
     assert tables.version(path) == 0 and tables.schema(path) == rows().schema
     tables.append_arrow(path, [rows(4).to_batches()[0]], rows().schema)
@@ -193,10 +199,7 @@ def test_the_files_of_a_table_made_here_with_its_rows_are_known_without_opening_
     path = str(tmp_path / "t")
     tables = DeltaRsTables()
     tables.create_from_streams(path, rows().schema, [lambda: rows(1, 2).to_batches()])
-    opened = []
-    real = DeltaTable.__init__
-    monkeypatch.setattr(DeltaTable, "__init__",
-                        lambda self, *a, **k: opened.append(1) or real(self, *a, **k))
+    opened = tables_opened(monkeypatch)
     made = tables.plain_files(path)
     assert opened == [] and made == [os.path.basename(f) for f in
                                      DeltaTable(path).file_uris()]
