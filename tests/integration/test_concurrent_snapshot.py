@@ -1,4 +1,6 @@
 """A random writer during the snapshot (chunk_size 500, parallelism 2): silver equals the source."""
+import time
+
 import pytest
 
 from tests.integration.helpers import assert_silver_equals, run
@@ -17,6 +19,9 @@ def test_writes_during_snapshot(mariadb, database, engine, make_pipeline, reader
     writer = RandomWriter(mariadb, database, "items", 35000, seed=11)
     writer.start()
     try:
+        started = time.monotonic()  # writing already, so that the snapshot (quicker than the
+        while writer.committed < 20 and time.monotonic() - started < 30:  # writer) meets it
+            time.sleep(0.01)
         run(pipeline, engine)  # snapshot (60 splits) and binlog while the writer goes on
     finally:
         writer.stop()
