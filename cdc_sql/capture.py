@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from cdc_sql import faults
 from cdc_sql.lake import bronze
 from cdc_sql.lake.lake import Lake
-from cdc_sql.lake.tables import each
+from cdc_sql.lake.tables import commit_workers, each
 from cdc_sql.lake.state import CaptureEntry, ResnapshotEntry, SplitEntry
 from cdc_sql.source import mysql
 from cdc_sql.source.binlog import BinlogReader
@@ -263,8 +263,10 @@ class Capture:
             self.committed = replace(self.committed,
                                      landing=sorted(map(list, self.landing | touched)))
             self.state.write(self.committed)
+        workers = commit_workers(self.lake.root.local,
+                                 [sum(b.nbytes for b in rows) for rows in batch.tables.values()])
         each(lambda item: bronze.append_changes(self.lake, self.tables[item[0]], item[1]),
-             batch.tables.items())
+             batch.tables.items(), workers)
         bronze.append_statements(self.lake, batch.statements)
         faults.point("bronze.appended")  # bronze has the batch, state not yet
         rows = batch.rows

@@ -208,12 +208,21 @@ def within_conditions(within: tuple[str, object, object]) -> list[tuple[str, str
 
 
 # -- delta-rs ---------------------------------------------------------------------------------
+def commit_workers(local: bool, sizes: Iterable[int]) -> int:
+    """How many tables `each` commits to at once, given the bytes each is given: on local
+    storage, appends below SMALL_APPEND bytes spend their time in Python (a log read, a few
+    rows' Parquet, a commit file) and threads only contend for its lock (1,000 small tables'
+    appends: 1.2 ms a table one at a time, 2.0 ms with eight threads): one; otherwise
+    (storage to wait on, or Parquet to encode) eight. Pure."""
+    return 1 if local and all(size < SMALL_APPEND for size in sizes) else 8
+
+
 def each(function, items: Iterable, workers: int = 8) -> list:
     """`function(item)` for every item, several at once: commits to different tables (each
     mostly waits on storage, or encodes Parquet without Python's lock); their results in
     order."""
     items = list(items)
-    if len(items) <= 1:
+    if len(items) <= 1 or workers == 1:
         return [function(item) for item in items]
     with ThreadPoolExecutor(min(workers, len(items)), "tables") as pool:
         return list(pool.map(function, items))

@@ -80,6 +80,16 @@ def test_packing_is_due_after_PACK_AFTER_small_appends():
     assert pack_due(PACK_AFTER) and pack_due(PACK_AFTER + 1)
 
 
+def test_small_local_appends_land_one_table_at_a_time():
+    """Threads help only appends that wait on storage or encode Parquet (lake/tables.py)."""
+    from cdc_sql.lake.tables import SMALL_APPEND, commit_workers
+
+    assert commit_workers(True, [100, SMALL_APPEND - 1]) == 1
+    assert commit_workers(True, []) == 1
+    assert commit_workers(True, [100, SMALL_APPEND]) == 8
+    assert commit_workers(False, [100, 200]) == 8
+
+
 def test_bronze_and_state_keep_a_short_log(tmp_path):
     """Every commit lists the table's log (on a local disk or Azure, the whole of it), so the
     tables a run commits to every few seconds for days keep tables.LOG_TABLE's 10 seconds of it
