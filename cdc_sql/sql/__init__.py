@@ -7,7 +7,7 @@ template: they are bound as named parameters (`:name`) when the statement runs.
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from sqlglot import exp
@@ -28,8 +28,10 @@ def render(name: str, **fragments: str) -> str:
     return _HOLE.sub(lambda m: fragments[m.group(1)], text)
 
 
+@lru_cache(maxsize=2**16)
 def quote(name: str) -> str:
-    """A Spark SQL identifier, quoted by sqlglot (backticks doubled inside)."""
+    """A Spark SQL identifier, quoted by sqlglot (backticks doubled inside); the same names
+    come back for every table of a pipeline, and sqlglot's generator takes 0.1 ms a name."""
     return exp.to_identifier(name, quoted=True).sql(dialect="spark")
 
 

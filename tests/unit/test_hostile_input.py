@@ -313,3 +313,66 @@ def test_python_warnings_do_not_reach_the_user(tmp_path):
                           env={**os.environ, "PW": "x", "PYTHONWARNINGS": "default"})
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout == f"{path}: valid (1 tables; source not checked)\n"
+
+
+def _yaml_texts():
+    """YAML texts of nested mappings, lists and scalars, some cut or spliced with the marks
+    that make YAML refuse or mean more (aliases, tags, flow brackets, tabs, quotes)."""
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
+                        st.floats(allow_nan=False))
+    trees = st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+        max_leaves=12)
+    marks = st.sampled_from(["*a", "&a ", "!!python/name:os.system ", "!x ", "[", "{", "\t",
+                             "'", '"', ": ", "- ", "\n  ", "#", "? ", "%YAML 1.1\n---\n"])
+    return st.builds(lambda tree, cut, mark: _spliced(yaml_text(tree), cut, mark), trees,
+                     st.floats(0, 1), st.one_of(st.just(""), marks))
+
+
+def yaml_text(tree) -> str:
+    import yaml
+
+    return yaml.safe_dump(tree, default_flow_style=False)
+
+
+def _spliced(text: str, cut: float, mark: str) -> str:
+    at = int(len(text) * cut)
+    return text[:at] + mark + text[at:]
+
+
+def test_libyaml_reads_what_pyyaml_reads_and_refuses_what_it_refuses():
+    """A pipeline file is composed by libyaml when PyYAML has it (config/loader.py): the same
+    values and lines as PyYAML's own composer, or the same refusal in PyYAML's words; but
+    for a tab within a line, which YAML allows as a separator and PyYAML's scanner refuses
+    (`- 0<tab>`), and libyaml takes."""
+    import yaml
+    from hypothesis import given, settings
+
+    from cdc_sql.config import loader
+
+    def read(compose, text):
+        try:
+            node = compose(text)
+        except yaml.YAMLError as exc:
+            return "refused", str(exc)
+        doc = loader.Document("p.yaml", {}, {})
+        try:
+            values = loader._Values(doc, {}, None, True).value(node, "") if node else None
+        except ConfigError as exc:
+            return "refused", str(exc)
+        return values, doc.lines
+
+    @settings(max_examples=500, deadline=None)
+    @given(_yaml_texts())
+    def same(text):
+        here, python = read(loader._composed, text), read(
+            lambda t: yaml.compose(t, Loader=loader._Loader), text)
+        if here[0] != "refused" and python[0] == "refused":
+            assert "\t" in text and "cannot start any token" in python[1]
+            return
+        assert here == python
+
+    assert yaml.__with_libyaml__  # (the project's PyYAML wheel has it)
+    same()
