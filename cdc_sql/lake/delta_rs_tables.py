@@ -1,6 +1,7 @@
 """The lake's table operations with delta-rs, in this process (lake/tables.py says when)."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -41,10 +42,24 @@ def _df_quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _commits(method):
+    """A change to the table at `path` (the method's first argument): within `pinned`, this
+    thread looks at that table's log again at its next read."""
+    @functools.wraps(method)
+    def changing(self, path, *args, **kwargs):
+        try:
+            return method(self, path, *args, **kwargs)
+        finally:
+            self._look_again(path)
+
+    return changing
+
+
 class DeltaRsWrites:
     """DeltaRsTables' changes to tables: creating, appending, reshaping, deleting, compacting,
-    clustering, merging (through its open tables, `_table`)."""
+    clustering, merging (through its open tables, `_table`). Each is `_commits`."""
 
+    @_commits
     def create_arrow_table(self, path: str, schema: pa.Schema,
                            properties: dict | None = None) -> None:
         """An empty table (TIMESTAMP_NTZ columns declare their feature), opened at its first
@@ -57,6 +72,7 @@ class DeltaRsWrites:
         create_table_with_add_actions(str(path), Schema.from_arrow(schema), [], mode="ignore",
                                       configuration=new_table_configuration(schema, properties))
 
+    @_commits
     def append_arrow(self, path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
                      schema_mode: str | None = None) -> None:
         """Rows into a table of the same columns are written by pyarrow and committed
@@ -122,6 +138,7 @@ class DeltaRsWrites:
                 self._commit_aside(path, table, actions, schema,
                                    CommitProperties(max_commit_retries=COMMIT_RETRIES))
 
+    @_commits
     def create_from_streams(self, path: str, schema: pa.Schema,
                             streams: list[Callable[[], Iterable[pa.RecordBatch]]],
                             properties: dict | None = None) -> None:
@@ -136,6 +153,7 @@ class DeltaRsWrites:
             self._made[str(path)] = (hash(_identity(_commit_file(path, 0))),  # its rows: its
                                      [a.path for a in actions])  # files'
 
+    @_commits
     def create_with_files(self, path: str, schema: pa.Schema, actions: list,
                           properties: dict | None = None) -> None:
         """Create the local table in one commit of Parquet files already in its directory
@@ -150,11 +168,13 @@ class DeltaRsWrites:
         with self._table(path) as table:
             return dict(table.metadata().configuration)
 
+    @_commits
     def set_properties(self, path: str, chosen: dict[str, str]) -> None:
         """Set table properties in one commit (SET TBLPROPERTIES: the rows stay)."""
         with self._table(path) as table:
             table.alter.set_table_properties(chosen, raise_if_not_exists=False)
 
+    @_commits
     def replace_rows(self, path: str, table: pa.Table, schema: pa.Schema, where: str) -> None:
         """The rows matching the SQL condition `where` replaced by `table` (each of whose
         rows matches it) in one commit; rows another writer commits meanwhile that do not
@@ -164,6 +184,7 @@ class DeltaRsWrites:
         write_deltalake(str(path), table, mode="overwrite", predicate=where,
                         writer_properties=writer_properties())
 
+    @_commits
     def reset(self, path: str, schema: pa.Schema) -> None:
         """Empty the table (created if missing), with `schema`, in one marked commit."""
         from deltalake import DeltaTable, write_deltalake
@@ -175,6 +196,7 @@ class DeltaRsWrites:
         write_deltalake(str(path), schema.empty_table(), mode="overwrite",
                         schema_mode="overwrite", commit_properties=_marked())
 
+    @_commits
     def add_columns(self, path: str, fields: list) -> None:
         """Add nullable columns (Spark StructFields): an empty mergeSchema append."""
         from deltalake import DeltaTable, write_deltalake
@@ -188,6 +210,7 @@ class DeltaRsWrites:
         write_deltalake(str(path), schema.empty_table(), mode="append", schema_mode="merge",
                         commit_properties=_marked())
 
+    @_commits
     def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
         """Rewrite the table in one commit, streaming: columns in `widen` (name -> Spark type)
         cast to it, and columns in `add` ((name, Spark type, column to copy or None)) added."""
@@ -227,12 +250,14 @@ class DeltaRsWrites:
                                     allow_protocol_versions_increase=True,
                                     commit_properties=_marked())
 
+    @_commits
     def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None:
         """DELETE the rows matching every (column, operator, value) of `where`."""
         from deltalake import DeltaTable
 
         DeltaTable(str(path)).delete(predicate(where, _df_quote), commit_properties=_marked())
 
+    @_commits
     def update_rows(self, path: str, values: dict, where: list[tuple[str, str, str]]) -> None:
         """UPDATE columns to values (text, or None for NULL) in rows matching `where`."""
         from deltalake import DeltaTable
@@ -241,6 +266,7 @@ class DeltaRsWrites:
             updates={_df_quote(c): literal(v) for c, v in values.items()},
             predicate=predicate(where, _df_quote), commit_properties=_marked())
 
+    @_commits
     def compact_and_vacuum(self, path: str, retention_hours: float, compact: bool = True) -> dict:
         """Rewrite small files into large ones (unless `compact` is False: a table `cluster`
         just rewrote, whose files a bin-packing would mix again), then delete files no version
@@ -255,6 +281,7 @@ class DeltaRsWrites:
                 "files_removed": compacted.get("numFilesRemoved", 0),
                 "files_vacuumed": len(removed)}
 
+    @_commits
     def cluster(self, path: str, columns: list[str]) -> None:
         """Rewrite the table sorted by `columns` (the key) into files of TARGET_FILE_BYTES, so
         each file holds one key range and a MERGE rewrites only the files of the keys it
@@ -277,6 +304,7 @@ class DeltaRsWrites:
                                               f"the engine's to tell")
         return []
 
+    @_commits
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],
                       columns: list[str]) -> None:
         """silver_merge.sql's MERGE of the last change per key (`changes`: `columns` and
@@ -401,7 +429,8 @@ class DeltaRsTables(DeltaRsWrites):
         # first bytes are kilobytes a table), its files
         self._made: dict[str, tuple[int, list[str]]] = {}
         self._lock = threading.Lock()
-        self._local = threading.local()  # .refreshed: the paths `pinned` brought up to date
+        self._local = threading.local()  # .refreshed, .looked: the paths `pinned` brought up
+        # to date, as open tables and as read from their logs
         # (path, columns) -> (schema, {data file: its rows}): `read_arrow(each_file_once=True)`
         self._files_read: dict[tuple, tuple[pa.Schema, dict[str, pa.Table]]] = {}
         self._small_appends: dict[str, int] = {}  # path -> small appends since its last pack
@@ -410,15 +439,18 @@ class DeltaRsTables(DeltaRsWrites):
     def pinned(self):
         """Within it, this thread brings each table up to date once, at its first use: for
         work that reads the same tables several times and alone writes them (through these
-        open tables, which follow their own commits). Within another, it is that one."""
+        open tables, which follow their own commits). So with a table read from its log
+        (`_log`), looked at again only after a change made here (`_commits`): a merge of a
+        small table looked at silver's and bronze's logs 22 times. Within another, it is
+        that one."""
         if getattr(self._local, "refreshed", None) is not None:
             yield
             return
-        self._local.refreshed = set()
+        self._local.refreshed, self._local.looked = set(), set()
         try:
             yield
         finally:
-            self._local.refreshed = None
+            self._local.refreshed = self._local.looked = None
 
     @contextmanager
     def _table(self, path: str):
@@ -459,12 +491,23 @@ class DeltaRsTables(DeltaRsWrites):
             return None
         with self._lock:
             entry = self._open_tables.setdefault(str(path), _Open())
+        looked = getattr(self._local, "looked", None)
         with entry.lock:
             if entry.log is False:
                 return None
+            if looked is not None and str(path) in looked:
+                return entry.log
             found = delta_log.read(str(path), entry.log or None)
             entry.log = found if found is not None or not self.exists(path) else False
+            if looked is not None and found is not None:
+                looked.add(str(path))
             return found
+
+    def _look_again(self, path: str) -> None:
+        """Within `pinned`, the table's log is looked at again at its next read (`_commits`)."""
+        looked = getattr(self._local, "looked", None)
+        if looked is not None:
+            looked.discard(str(path))
 
     def _writes_here(self, path: str) -> bool:
         """Whether files written here are committed to the table here (`_commit_here`)."""
@@ -722,6 +765,7 @@ class DeltaRsTables(DeltaRsWrites):
             actions = _add_actions(table)
         return _file_list(actions, column)
 
+    @_commits
     def replace_files(self, path: str, removed: list[str], added: list,
                       schema: pa.Schema) -> None:
         """One commit removing files (relative paths) and adding others already in the

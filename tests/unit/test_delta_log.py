@@ -64,6 +64,31 @@ def test_a_small_table_is_read_and_committed_without_delta_rs_opening_it(tmp_pat
                   for c in after.history(2)) == [(2, "WRITE", OWN_MERGE), (3, "WRITE", None)]
 
 
+def test_within_a_pin_a_log_is_looked_at_once_until_a_change_made_here(tmp_path, monkeypatch):
+    """`pinned`: a table's log is looked at at its first read, and again only after a change
+    through these tables (every writing method), which the next read sees; outside a pin,
+    at every read."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, rows(1, 2))
+    tables, looks = DeltaRsTables(), []
+    read = delta_log.read
+    monkeypatch.setattr(delta_log, "read", lambda *a: looks.append(a[0]) or read(*a))
+    with tables.pinned():
+        assert tables.schema(path) == SCHEMA and tables.file_rows(path) == 2
+        assert tables.version(path) == 0 and len(looks) == 1
+        tables.append_arrow(path, rows(3).to_batches(), SCHEMA)
+        looks.clear()
+        assert tables.file_rows(path) == 3 and tables.version(path) == 1 and len(looks) == 1
+        tables.delete_rows(path, [("a", "=", 3)])  # by delta-rs
+        assert tables.file_rows(path) == 2 and tables.version(path) == 2
+        with tables.pinned():  # within another: that one
+            assert tables.file_rows(path) == 2
+        write_deltalake(path, rows(4), mode="append")  # not through these tables: not seen
+        assert tables.version(path) == 2
+    looks.clear()
+    assert tables.version(path) == 3 and tables.file_rows(path) == 3 and len(looks) == 2
+
+
 def test_the_history_read_here_is_delta_rs_s(tmp_path, monkeypatch):
     """Every kind of commit of delta-rs, and this module's own, named alike."""
     path = str(tmp_path / "t")
