@@ -23,6 +23,7 @@ class Policy(NamedTuple):
     """What a run decides about the engine from its plans."""
     early: bool  # start it while the source is read
     window_bytes: int  # where a capture pass ends, in bytes of row images (0: no bound)
+    here: frozenset[str] = frozenset()  # the silver tables whose windows may be merged here
 
 
 def decide(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> Policy:
@@ -31,12 +32,13 @@ def decide(pipeline: Pipeline, lake: Lake, plans: list[SilverPlan]) -> Policy:
     `engine.window_bytes` when the engine may merge some table's window, whose memory
     follows the window's size (route.engine_use: a table whose windows all go through it, or a
     plain one whose window past the memory budget does), else 0 (at the position it was to
-    reach: a plain table's window is merged here in key ranges, whatever its size). The
-    plans' routes walked once."""
+    reach: a plain table's window is merged here in key ranges, whatever its size); and the
+    tables whose windows may be merged in this process (run/merge_phase.py). The plans'
+    routes walked once."""
     use = route.engine_use(lake, plans)
     return Policy(early=bool(pipeline.target.schema) or use.always,
                   window_bytes=pipeline.engine.window_bytes if use.always or use.by_size
-                  else 0)
+                  else 0, here=use.here)
 
 
 def start_early(lake: Lake, early: bool) -> None:

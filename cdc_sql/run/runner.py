@@ -129,12 +129,13 @@ class Runner:
                 summary: RunSummary, batches: list[Batch], until_caught_up: bool,
                 poll_seconds: float) -> None:
         """The phases in order, then capture and merge again until caught up (or stopped)."""
-        early, bound = engine_policy.decide(self.pipeline, self.lake, plans)
+        policy = engine_policy.decide(self.pipeline, self.lake, plans)
         view, resumed = resume.resolve_server(self.phases, view, checkpoint)
         self.ensure_bronze(view)
         resume.start_capture(self.phases, view, checkpoint)
         with summary.timed("snapshot"):
-            summary.snapshot_rows = snapshot_phase.snapshot(self.phases, view, plans, early)
+            summary.snapshot_rows = snapshot_phase.snapshot(self.phases, view, plans,
+                                                            policy.early)
         view = self._refresh_end(view)  # capture reaches past every snapshot watermark
         seen, merger = Seen(), MergePhase(self.phases)
         while not self.stop.is_set():
@@ -146,11 +147,11 @@ class Runner:
                 # asked for while this run follows
                 with summary.timed("snapshot"):
                     summary.snapshot_rows += snapshot_phase.snapshot(self.phases, view, plans,
-                                                                     early)
+                                                                     policy.early)
                 view, checkpoint = self._refresh_end(view), self.state.load()
             with summary.timed("capture"):
                 captured = capture_phase.capture(self.phases, view, checkpoint, view.end, plans,
-                                                 resumed, early, bound)
+                                                 resumed, policy.early, policy.window_bytes)
             seen = Seen(seen.captured_from or captured.started_at,
                         seen.changed_tables | captured.changed_tables)
             batches += captured.batches
@@ -159,13 +160,13 @@ class Runner:
                     inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at,
                     server=view.server, base=view.base)
                 plans = self._silver_plans(view)
-                early, bound = engine_policy.decide(self.pipeline, self.lake, plans)
+                policy = engine_policy.decide(self.pipeline, self.lake, plans)
                 self.ensure_bronze(view)
                 with summary.timed("snapshot"):  # of tables that just began to match
-                    if snapshot_phase.snapshot(self.phases, view, plans, early):
+                    if snapshot_phase.snapshot(self.phases, view, plans, policy.early):
                         view = self._refresh_end(view)
             with summary.timed("merge"):  # unless stopped short of a DDL its definitions
-                merged = merger.merge(plans, self.state.load(), seen, batches) \
+                merged = merger.merge(plans, self.state.load(), seen, batches, policy.here) \
                     if captured.mergeable else []  # are from after (Capture.may_end)
             summary.captured_changes += captured.changes
             summary.merged_tables |= set(merged)

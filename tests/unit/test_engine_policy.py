@@ -29,11 +29,12 @@ def test_the_engine_starts_early_and_bounds_passes_where_it_merges(monkeypatch, 
     once."""
     walks = []
     monkeypatch.setattr(engine_policy.route, "engine_use", lambda lake, plans: walks.append(
-        plans) or engine_policy.route.EngineUse(always, by_size))
+        plans) or engine_policy.route.EngineUse(always, by_size, frozenset({"here"})))
     pipeline = SimpleNamespace(target=SimpleNamespace(schema=schema),
                                engine=SimpleNamespace(window_bytes=4096))
     policy = engine_policy.decide(pipeline, SimpleNamespace(local=local), ["plan"])
-    assert policy == (bool(schema) or always, 4096 if always or by_size else 0)
+    assert policy == (bool(schema) or always, 4096 if always or by_size else 0,
+                      frozenset({"here"}))
     assert walks == [["plan"]]
 
 
@@ -65,14 +66,28 @@ def test_passes_are_bounded_where_a_window_of_any_size_may_reach_the_engine(tmp_
 
     lake = Lake(None, str(tmp_path) if where == "local" else where, None)
     plain = _plan()
-    assert route.engine_use(lake, [plain]) == (False, False)
-    assert route.engine_use(lake, [plain, _plan(change_data_feed=True)]) == (False, True)
-    assert route.engine_use(lake, [_plan("varchar")]) == (False, True)
-    assert route.engine_use(lake, [plain, _plan(history=True)]) == (True, False)
+    assert route.engine_use(lake, [plain])[:2] == (False, False)
+    assert route.engine_use(lake, [plain, _plan(change_data_feed=True)])[:2] == (False, True)
+    assert route.engine_use(lake, [_plan("varchar")])[:2] == (False, True)
+    assert route.engine_use(lake, [plain, _plan(history=True)])[:2] == (True, False)
     pipeline = SimpleNamespace(target=SimpleNamespace(schema=""),
                                engine=SimpleNamespace(window_bytes=4096))
-    assert engine_policy.decide(pipeline, lake, [plain]) == (False, 0)
-    assert engine_policy.decide(pipeline, lake, [_plan(change_data_feed=True)]) == (False, 4096)
+    assert engine_policy.decide(pipeline, lake, [plain])[:2] == (False, 0)
+    assert engine_policy.decide(pipeline, lake, [_plan(change_data_feed=True)])[:2] == \
+        (False, 4096)
+
+
+def test_the_tables_merged_here_are_those_whose_route_says_so(tmp_path):
+    """The merge phase's light lane (run/merge_phase.py) takes only tables whose windows may
+    be merged in this process: a table with history goes through the engine."""
+    from cdc_sql.lake.lake import Lake
+    from cdc_sql.lake.silver import route
+    from dataclasses import replace
+
+    lake = Lake(None, str(tmp_path), None)
+    plain = _plan()
+    kept = replace(_plan(history=True), spec=replace(plain.spec, name="kept", history=True))
+    assert route.engine_use(lake, [plain, kept]).here == frozenset({"orders"})
 
 
 def test_passes_are_bounded_where_the_first_key_column_has_no_file_statistics(tmp_path):
@@ -84,9 +99,18 @@ def test_passes_are_bounded_where_the_first_key_column_has_no_file_statistics(tm
     from cdc_sql.lake.silver import route
 
     lake = Lake(None, str(tmp_path), None)
-    assert route.engine_use(lake, [_plan(before_key=20)]) == (False, False)
-    assert route.engine_use(lake, [_plan(before_key=40)]) == (False, True)
+    assert route.engine_use(lake, [_plan(before_key=20)])[:2] == (False, False)
+    assert route.engine_use(lake, [_plan(before_key=40)])[:2] == (False, True)
     assert route.engine_use(lake, [_plan(table_properties={
-        "delta.dataSkippingNumIndexedCols": "1"})]) == (False, False)  # `id` is the first
+        "delta.dataSkippingNumIndexedCols": "1"})])[:2] == (False, False)  # `id` is the first
     assert route.engine_use(lake, [_plan(before_key=1, table_properties={
-        "delta.dataSkippingNumIndexedCols": "1"})]) == (False, True)
+        "delta.dataSkippingNumIndexedCols": "1"})])[:2] == (False, True)
+
+
+def test_a_light_merge_is_of_a_small_silver_and_small_bronze():
+    """Light merges (run/merge_phase.py) take a lane of their own: silver's files and bronze's
+    changes of at most LIGHT_BYTES each."""
+    from cdc_sql.run.merge_phase import LIGHT_BYTES, light
+
+    assert light(0, 0) and light(LIGHT_BYTES, LIGHT_BYTES)
+    assert not light(LIGHT_BYTES + 1, 0) and not light(0, LIGHT_BYTES + 1)

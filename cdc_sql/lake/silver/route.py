@@ -103,6 +103,7 @@ class EngineUse(NamedTuple):
     """How the engine merges a run's windows, as far as known before any run."""
     always: bool  # some table's windows go through it whatever their size
     by_size: bool  # some plain table's window past the memory budget does (small_merge.any_size)
+    here: frozenset[str] = frozenset()  # the silver tables whose windows may be merged here
 
 
 def engine_use(lake: Lake, plans: list[SilverPlan]) -> EngineUse:
@@ -112,7 +113,8 @@ def engine_use(lake: Lake, plans: list[SilverPlan]) -> EngineUse:
     cannot write). Each plan's route taken once."""
     here = [route(plan, None, lake).in_process for plan in plans]
     return EngineUse(not all(here),
-                     any(h and not small_merge.any_size(plan) for h, plan in zip(here, plans)))
+                     any(h and not small_merge.any_size(plan) for h, plan in zip(here, plans)),
+                     frozenset(plan.spec.name for h, plan in zip(here, plans) if h))
 
 
 def made_of_bronze(lake: Lake, plans: list[SilverPlan]) -> dict[str, list[first_version.Target]]:
