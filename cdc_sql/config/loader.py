@@ -101,9 +101,9 @@ def _check(event, depth: int) -> None:
 
 def _composed(text: str) -> yaml.Node | None:
     """The document's nodes, composed by libyaml where PyYAML has it (a pipeline of 10,000
-    tables took 2.2 s to compose in Python), once its events passed `_check`; else, and for
-    a file either refuses or with a character PyYAML's reader refuses (so that the message
-    is PyYAML's own, as ever), by `_Loader`."""
+    tables took 2.2 s to compose in Python) once its events pass `_check`; otherwise by
+    `_Loader`: without libyaml, for a file libyaml or `_check` refuses, and for one holding
+    a character PyYAML's reader refuses (so that the message is PyYAML's own, as ever)."""
     if yaml.__with_libyaml__ and not yaml.reader.Reader.NON_PRINTABLE.search(text):
         try:
             depth = 0
