@@ -263,7 +263,7 @@ class Capture:
             self.committed = replace(self.committed,
                                      landing=sorted(map(list, self.landing | touched)))
             self.state.write(self.committed)
-        workers = commit_workers(self.lake.root.local,
+        workers = commit_workers(self.lake.local,
                                  [sum(b.nbytes for b in rows) for rows in batch.tables.values()])
         each(lambda item: bronze.append_changes(self.lake, self.tables[item[0]], item[1]),
              batch.tables.items(), workers)

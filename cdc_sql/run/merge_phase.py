@@ -85,7 +85,7 @@ class MergePhase:
         local storage and a `light` merge (the tables' logs read once, for the merge too)."""
         lake = self.run.lake
         silver = lake.silver_path(plan.spec.name)
-        if not lake.root.local or not lake.tables.exists(silver) or \
+        if not lake.local or not lake.tables.exists(silver) or \
                 not lake.tables.merges_here(silver):
             return False
         changes = [lake.changes_path(t.db, t.name) for t in plan.sources]
