@@ -11,6 +11,12 @@ POINTS = ("resnapshot.reset", "split.written", "bronze.appended", "silver.first_
           "silver.snapshot_written", "silver.staged", "silver.merged", "history.staged",
           "history.merged", "state.committed")
 _seen: dict[str, int] = {}
+_also: list[int] = []  # processes killed with this one (a merge worker's run)
+
+
+def kill_also(pid: int) -> None:
+    """A point reached here kills process `pid` too (a worker of a run kills the run)."""
+    _also.append(pid)
 
 
 def point(name: str) -> None:
@@ -21,4 +27,5 @@ def point(name: str) -> None:
     if target == name:
         _seen[name] = _seen.get(name, 0) + 1
         if _seen[name] >= int(nth or 1):
-            os.kill(os.getpid(), signal.SIGKILL)
+            for pid in (*_also, os.getpid()):
+                os.kill(pid, signal.SIGKILL)

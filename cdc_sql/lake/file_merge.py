@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cdc_sql.lake.parquet_files import Files, table_files
+from cdc_sql.lake.parquet_files import Files, in_memory, table_files
 
 _SOURCE, _TARGET = "__cdc_source_row", "__cdc_target_row"
 WHOLE_ROWS = 4096  # a silver of at most this many rows ...
@@ -72,7 +72,7 @@ def _merge_whole(tables, path: str, changes: pa.Table, key: list[str]) -> int | 
                for k in key):
         return None
     files = table_files(path)
-    opened = {name: pq.ParquetFile(files.open_input_file(name))
+    opened = {name: in_memory(files, name)  # (`merge` saw them within WHOLE_BYTES)
               for name, _, _ in tables.data_files(path, key[0])}
     footers = [p.metadata for p in opened.values()]
     if sum(f.num_rows for f in footers) > WHOLE_ROWS or sum(
@@ -80,7 +80,7 @@ def _merge_whole(tables, path: str, changes: pa.Table, key: list[str]) -> int | 
             > WHOLE_BYTES:
         return None
     target = pa.concat_tables([_conformed(parquet.read(columns=[
-        n for n in schema.names if n in parquet.schema_arrow.names]), schema)
+        n for n in schema.names if n in parquet.schema_arrow.names], use_threads=False), schema)
         for parquet in opened.values()]) if opened else schema.empty_table()
     found = _whole_changes(target, changes, key)
     if found is None:

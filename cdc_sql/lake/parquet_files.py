@@ -38,6 +38,11 @@ ROW_GROUP_ROWS = 128 * 1024  # a writer holds a row group, a reader reads one: s
 # come a few to a group, which lake/file_merge.py reads one at a time.
 ROW_GROUP_BYTES = 32 * 2**20
 TARGET_ROWS = 2_000_000
+# A file of at most this many bytes is read into memory whole and decoded on the reading thread
+# (`in_memory`): a few rows' file so read took 0.15-0.2 ms, against 0.3-0.45 ms opened by path
+# and decoded by Arrow's threads (which a schema per tenant's thousands of such reads a run
+# only wake, docs/performance.md).
+SMALL_FILE = 2**20
 # DICTIONARY: only for cdc-sql's columns that repeat one value per split (offset, op, time):
 # dictionary encoding of every column was slower and larger than none, and none but these the
 # quickest (docs/performance.md, "Measurements behind the code"). Bronze's snapshot tags repeat
@@ -92,6 +97,14 @@ def table_files(path: str) -> pyarrow.fs.FileSystem:
     from deltalake.fs import DeltaStorageHandler
 
     return pyarrow.fs.PyFileSystem(DeltaStorageHandler(str(path)))
+
+
+def in_memory(files: pyarrow.fs.FileSystem, name: str) -> pq.ParquetFile:
+    """The Parquet file `name` in `files` (one of at most SMALL_FILE bytes), read into memory
+    whole (one read, one request to an object store) for reads on this thread
+    (`use_threads=False`)."""
+    with files.open_input_stream(name) as stream:
+        return pq.ParquetFile(pa.BufferReader(stream.readall()))
 
 
 class Files:

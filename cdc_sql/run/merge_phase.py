@@ -6,6 +6,8 @@ of LIGHT_WORKERS threads of their own: more threads only contend for the lock.""
 from __future__ import annotations
 
 import logging
+import os
+import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_v
 from cdc_sql.lake.silver.plan import SilverPlan, chained
 from cdc_sql.lake.state import Checkpoint, TableEntry
 from cdc_sql.planner import chain_merge, next_window
+from cdc_sql.run import merge_workers
 from cdc_sql.run.commits import record_as_done
 from cdc_sql.run.context import Run
 from cdc_sql.run.summary import Batch
@@ -70,14 +73,25 @@ class MergePhase:
         with run.lake.tables.pinned():  # (reads only)
             lighter = {plan.spec.name for plan in alone if plan.spec.name in here and
                        self._light(plan)}
+        count = merge_workers.workers(len(lighter), os.cpu_count() or 1, workers)
+        elsewhere = queue.SimpleQueue()
         with ThreadPoolExecutor(workers, "merge") as pool, \
-                ThreadPoolExecutor(min(workers, LIGHT_WORKERS), "merge-light") as lane:
-            entries = record_as_done(run.state,
-                [pool.submit(self._merge_chain, group, checkpoint, statements, batches)
-                 for group in groups] +
-                [(lane if plan.spec.name in lighter else pool).submit(
-                    self._merge_table, plan, checkpoint, statements, seen, batches)
-                 for plan in alone])
+                ThreadPoolExecutor(count or min(workers, LIGHT_WORKERS), "merge-light") as lane:
+            for worker in merge_workers.start(count, str(run.lake.root), run.lake.engine,
+                                              run.lake.sql_only):
+                elsewhere.put(worker)
+            try:
+                entries = record_as_done(run.state,
+                    [pool.submit(self._merge_chain, group, checkpoint, statements, batches)
+                     for group in groups] +
+                    [lane.submit(self._merge_elsewhere, elsewhere, plan, checkpoint,
+                                 statements, seen, batches) if count and plan.spec.name in
+                     lighter else (lane if plan.spec.name in lighter else pool).submit(
+                        self._merge_table, plan, checkpoint, statements, seen, batches)
+                     for plan in alone])
+            finally:
+                for _ in range(count):
+                    elsewhere.get().close()
         return [e.table for e in entries]
 
     def _light(self, plan: SilverPlan) -> bool:
@@ -126,15 +140,17 @@ class MergePhase:
         return entries
 
     def _window(self, plan: SilverPlan, checkpoint: Checkpoint,
-                seen: Seen | None) -> Window | None:
+                seen: Seen | None, check: bool = True) -> Window | None:
         """The table's next window (planner.py); None when it must wait (also while a
         re-snapshot of one of its source tables is asked for and not yet prepared: rows
         changed without row events stay out of silver until it replaces them). `seen`: what
-        capture saw, for an idle window (None: never idle)."""
+        capture saw, for an idle window (None: never idle). `check`: silver checked
+        untouched (else whoever merges the window checks it)."""
         if any(t.qualified in resnapshot.requested(checkpoint) for t in plan.sources):
             return None
         entry = checkpoint.table(plan.spec.name)
-        if entry is not None:  # every run, changes or not: silver must hold only what we wrote
+        if entry is not None and check:  # every run, changes or not: silver must hold only
+            # what we wrote
             check_untouched(self.run.lake, plan.spec, entry)
         splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
         return next_window(entry, splits, checkpoint.capture,
@@ -143,6 +159,32 @@ class MergePhase:
                            idle=seen is not None and entry is not None and
                            self._idle(plan, entry.applied, seen))
 
+    def _merge_elsewhere(self, elsewhere: queue.SimpleQueue, plan: SilverPlan,
+                         checkpoint: Checkpoint, statements: list[Statement], seen: Seen,
+                         batches: list[Batch]) -> list[TableEntry]:
+        """`_merge_table` by a worker process taken from `elsewhere` (merge_workers.py);
+        here, in this process, when there is no merge to do or the window needs the
+        engine."""
+        window = self._window(plan, checkpoint, seen, check=False)
+        if window is None or window.idle:
+            return self._merge_table(plan, checkpoint, statements, seen, batches)
+        entry, sources = checkpoint.table(plan.spec.name), {(t.db, t.name) for t in plan.sources}
+        worker = elsewhere.get()
+        try:
+            merged = worker.merge(plan, entry, window,
+                                  [s for s in statements if (s.db, s.tbl) in sources],
+                                  entry.silver_version if entry is not None else None,
+                                  lay=plan.spec.name not in self.laid_out)
+        except merge_workers.NeedsEngine:
+            return self._merge_table(plan, checkpoint, statements, seen, batches)
+        finally:
+            elsewhere.put(worker)
+        for level, message in merged.records:
+            log.log(level, "%s", message)
+        self.laid_out.add(plan.spec.name)
+        return [self._entry(plan, checkpoint, window, merged.versions, merged.seconds,
+                            batches)]
+
     def _merged(self, plan: SilverPlan, checkpoint: Checkpoint, window: Window,
                 statements: list[Statement], batches: list[Batch],
                 cascading: list = ()) -> tuple[TableEntry, list]:
@@ -150,7 +192,7 @@ class MergePhase:
         or changed."""
         lake = self.run.lake
         started = time.monotonic()
-        capture, entry = checkpoint.capture, checkpoint.table(plan.spec.name)
+        entry = checkpoint.table(plan.spec.name)
         moves = []
         if plan.spec.name not in self.laid_out:
             lay_out(lake, plan)
@@ -158,17 +200,23 @@ class MergePhase:
         if not window.idle:
             moves = merge_window(lake, plan, window, statements,
                                  entry.silver_version if entry is not None else None, cascading)
+        return self._entry(plan, checkpoint, window, owned_versions(lake, plan.spec),
+                           round(time.monotonic() - started, 3), batches), moves
+
+    def _entry(self, plan: SilverPlan, checkpoint: Checkpoint, window: Window, versions: dict,
+               seconds: float, batches: list[Batch]) -> TableEntry:
+        """The table's state entry once its window is in silver (`versions`: owned_versions
+        after it), its batch counted and silver registered."""
+        capture, entry = checkpoint.capture, checkpoint.table(plan.spec.name)
         source_time = capture.source_time if capture and window.upto == capture.offset else None
-        batches.append(Batch(phase="merge", table=plan.spec.name,
-                             seconds=round(time.monotonic() - started, 3)))
+        batches.append(Batch(phase="merge", table=plan.spec.name, seconds=seconds))
         self._register(plan)
         log.info("silver %s: merged up to %s", plan.spec.name, window.upto)
         return TableEntry(table=plan.spec.name, applied=window.upto, snapshot_merged=True,
                           source_time=source_time, key=list(plan.key),
                           sources=[t.qualified for t in plan.sources],
                           cascade_parents=sorted({fk.parent for fk in plan.cascades}),
-                          ranged=max(window.ranged, entry.ranged if entry else -1),
-                          **owned_versions(lake, plan.spec)), moves
+                          ranged=max(window.ranged, entry.ranged if entry else -1), **versions)
 
     def _register(self, plan: SilverPlan) -> None:
         target, lake = self.run.pipeline.target, self.run.lake

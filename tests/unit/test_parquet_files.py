@@ -194,3 +194,42 @@ def test_row_groups_of_wide_rows_hold_at_most_row_group_bytes(tmp_path, monkeypa
     [action] = parquet_files.write_files(str(tmp_path), wide.schema, [wide])
     footer = pq.read_metadata(tmp_path / action.path)
     assert [footer.row_group(i).num_rows for i in range(footer.num_row_groups)] == [3, 3, 3, 1]
+
+
+@settings(deadline=None, max_examples=30)
+@given(st.lists(rows, max_size=20))
+def test_a_small_file_read_in_memory_is_the_file_as_pyarrow_reads_it(values):
+    """`in_memory` (a small file read whole, decoded on the calling thread) reads what
+    pyarrow reads from the file, every column and a choice of them."""
+    import pyarrow.fs
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory() as path:
+        [action] = parquet_files.write_files(path, SCHEMA, [batch(values)])
+        files = parquet_files.table_files(path)
+        whole = pq.read_table(f"{path}/{action.path}")
+        assert parquet_files.in_memory(files, action.path).read(use_threads=False) == whole
+        local = pyarrow.fs.LocalFileSystem()
+        assert parquet_files.in_memory(local, f"{path}/{action.path}").read(
+            columns=["s", "id"]) == whole.select(["s", "id"])
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(st.none() | st.text(alphabet="0123456789:ab.", max_size=6), max_size=30),
+       st.text(alphabet="0123456789:ab.", max_size=6), st.text(alphabet="0123456789:ab.",
+                                                               max_size=6),
+       st.lists(st.none() | st.integers(-5, 5), max_size=30), st.integers(-6, 6),
+       st.integers(-6, 6))
+def test_rows_within_a_window_are_those_a_filter_expression_keeps(texts, after, upto, numbers,
+                                                                 low, high):
+    """delta_rs_tables._within_rows (comparisons computed) keeps the rows the filter
+    expression `after < column <= upto` keeps, NULLs dropped, for strings and integers."""
+    import pyarrow.parquet as pq
+
+    from cdc_sql.lake.delta_rs_tables import _within_rows
+    from cdc_sql.lake.tables import within_conditions
+
+    for column, within in ((pa.table({"o": pa.array(texts, pa.string())}), ("o", after, upto)),
+                           (pa.table({"o": pa.array(numbers, pa.int64())}), ("o", low, high))):
+        expected = column.filter(pq.filters_to_expression(within_conditions(within)))
+        assert _within_rows(column, within) == expected
