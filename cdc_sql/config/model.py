@@ -138,8 +138,9 @@ class Target:
                        "then SELECT * FROM silver.<name> works in spark-sql", "",
                        pattern=_IDENTIFIER_OR_EMPTY)
     parallelism: int = _key("silver tables merged at once (small tables merged in this "
-                            "process: at most 2, which only contend for Python's lock beyond)",
-                            4, minimum=1, maximum=64)
+                            "process: at most 2, which only contend for Python's lock beyond; "
+                            "500 or more in a pass: as many worker processes, at most one a "
+                            "core)", 4, minimum=1, maximum=64)
     retention_hours: float = _key("`cdc-sql maintain` prunes bronze that every silver table has "
                                   "applied and that is older than this, and vacuums files older "
                                   "than this", 168.0, minimum=0)

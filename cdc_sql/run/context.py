@@ -1,4 +1,5 @@
-"""What every phase of one run is handed: the pipeline, its lake and state, the stop request."""
+"""What every phase of one run is handed: the pipeline, its lake and state, the stop request, the
+run's worker processes (started by the first merge pass that wants them)."""
 from __future__ import annotations
 
 import threading
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from cdc_sql.config.model import Pipeline
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.state import State
+from cdc_sql.workers import Workers
 
 
 @dataclass(frozen=True)
@@ -15,3 +17,4 @@ class Run:
     lake: Lake
     state: State
     stop: threading.Event
+    workers: Workers

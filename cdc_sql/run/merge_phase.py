@@ -2,25 +2,25 @@
 `target.parallelism` tables at once, a group of tables whose cascades set off cascades as one;
 state records each table's applied offset after its MERGE, in batched commits. Light merges
 (`light`: a small table merged in this process, whose work holds Python's lock) take a lane
-of LIGHT_WORKERS threads of their own: more threads only contend for the lock."""
+of LIGHT_WORKERS threads of their own (more threads only contend for the lock), or, many of
+them, the run's worker processes (workers.py)."""
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from cdc_sql import planner, resnapshot
+from cdc_sql import planner, resnapshot, workers
 from cdc_sql.lake import file_merge
+from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.facts import Statement, read_statements
 from cdc_sql.lake.silver.merge import lay_out, merge_window
 from cdc_sql.lake.silver.ownership import check_untouched, owned_tables, owned_versions
 from cdc_sql.lake.silver.plan import SilverPlan, chained
 from cdc_sql.lake.state import Checkpoint, TableEntry
 from cdc_sql.planner import chain_merge, next_window
-from cdc_sql.run import merge_workers
 from cdc_sql.run.commits import record_as_done
 from cdc_sql.run.context import Run
 from cdc_sql.run.summary import Batch
@@ -48,6 +48,21 @@ class Seen:
     changed_tables: frozenset[str] = frozenset()
 
 
+def merged_alone(lake: Lake, plan: SilverPlan, entry: TableEntry | None, window: Window,
+                 statements: list[Statement], silver_version: int | None,
+                 lay: bool) -> tuple[dict, float]:
+    """A table's window merged by a worker (workers.py) as `MergePhase._merge_table` merges a
+    table alone: silver checked untouched, laid out if `lay`, the window merged; silver's (and
+    history's) versions after it, and the seconds it took."""
+    started = time.monotonic()
+    if entry is not None:
+        check_untouched(lake, plan.spec, entry)
+    if lay:
+        lay_out(lake, plan)
+    merge_window(lake, plan, window, statements, silver_version)
+    return owned_versions(lake, plan.spec), round(time.monotonic() - started, 3)
+
+
 class MergePhase:
     """The merge phase of one run; remembers only the tables it registered by name and gave
     their properties."""
@@ -65,7 +80,7 @@ class MergePhase:
         table's MERGE is added as it is done (so a failed run's metrics keep those that
         were). `here`: the tables whose windows may be merged in this process."""
         run = self.run
-        workers = max(1, min(run.pipeline.target.parallelism, len(plans)))
+        threads = max(1, min(run.pipeline.target.parallelism, len(plans)))
         statements = read_statements(run.lake)
         groups = [] if run.pipeline.source.startup == "snapshot-only" else chained(plans)
         grouped = {plan.spec.name for group in groups for plan in group}
@@ -73,25 +88,17 @@ class MergePhase:
         with run.lake.tables.pinned():  # (reads only)
             lighter = {plan.spec.name for plan in alone if plan.spec.name in here and
                        self._light(plan)}
-        count = merge_workers.workers(len(lighter), os.cpu_count() or 1, workers)
-        elsewhere = queue.SimpleQueue()
-        with ThreadPoolExecutor(workers, "merge") as pool, \
-                ThreadPoolExecutor(count or min(workers, LIGHT_WORKERS), "merge-light") as lane:
-            for worker in merge_workers.start(count, str(run.lake.root), run.lake.engine,
-                                              run.lake.sql_only):
-                elsewhere.put(worker)
-            try:
-                entries = record_as_done(run.state,
-                    [pool.submit(self._merge_chain, group, checkpoint, statements, batches)
-                     for group in groups] +
-                    [lane.submit(self._merge_elsewhere, elsewhere, plan, checkpoint,
-                                 statements, seen, batches) if count and plan.spec.name in
-                     lighter else (lane if plan.spec.name in lighter else pool).submit(
-                        self._merge_table, plan, checkpoint, statements, seen, batches)
-                     for plan in alone])
-            finally:
-                for _ in range(count):
-                    elsewhere.get().close()
+        elsewhere = run.workers.start(workers.count(len(lighter), os.cpu_count() or 1,
+                                                    threads)) if lighter else 0
+        with ThreadPoolExecutor(threads, "merge") as pool, \
+                ThreadPoolExecutor(elsewhere or min(threads, LIGHT_WORKERS), "merge-light") as lane:
+            entries = record_as_done(run.state,
+                [pool.submit(self._merge_chain, group, checkpoint, statements, batches)
+                 for group in groups] +
+                [(lane if plan.spec.name in lighter else pool).submit(
+                    self._merge_elsewhere if elsewhere and plan.spec.name in lighter else
+                    self._merge_table, plan, checkpoint, statements, seen, batches)
+                 for plan in alone])
         return [e.table for e in entries]
 
     def _light(self, plan: SilverPlan) -> bool:
@@ -159,31 +166,22 @@ class MergePhase:
                            idle=seen is not None and entry is not None and
                            self._idle(plan, entry.applied, seen))
 
-    def _merge_elsewhere(self, elsewhere: queue.SimpleQueue, plan: SilverPlan,
-                         checkpoint: Checkpoint, statements: list[Statement], seen: Seen,
+    def _merge_elsewhere(self, plan: SilverPlan, checkpoint: Checkpoint,
+                         statements: list[Statement], seen: Seen,
                          batches: list[Batch]) -> list[TableEntry]:
-        """`_merge_table` by a worker process taken from `elsewhere` (merge_workers.py);
-        here, in this process, when there is no merge to do or the window needs the
-        engine."""
+        """`_merge_table` by one of the run's workers (workers.py); in this process when there
+        is no merge to do."""
         window = self._window(plan, checkpoint, seen, check=False)
         if window is None or window.idle:
             return self._merge_table(plan, checkpoint, statements, seen, batches)
         entry, sources = checkpoint.table(plan.spec.name), {(t.db, t.name) for t in plan.sources}
-        worker = elsewhere.get()
-        try:
-            merged = worker.merge(plan, entry, window,
-                                  [s for s in statements if (s.db, s.tbl) in sources],
-                                  entry.silver_version if entry is not None else None,
-                                  lay=plan.spec.name not in self.laid_out)
-        except merge_workers.NeedsEngine:
-            return self._merge_table(plan, checkpoint, statements, seen, batches)
-        finally:
-            elsewhere.put(worker)
-        for level, message in merged.records:
-            log.log(level, "%s", message)
+        versions, seconds = self.run.workers.call(
+            merged_alone, plan, entry, window,
+            [s for s in statements if (s.db, s.tbl) in sources],
+            entry.silver_version if entry is not None else None,
+            plan.spec.name not in self.laid_out)
         self.laid_out.add(plan.spec.name)
-        return [self._entry(plan, checkpoint, window, merged.versions, merged.seconds,
-                            batches)]
+        return [self._entry(plan, checkpoint, window, versions, seconds, batches)]
 
     def _merged(self, plan: SilverPlan, checkpoint: Checkpoint, window: Window,
                 statements: list[Statement], batches: list[Batch],

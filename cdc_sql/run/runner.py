@@ -41,6 +41,7 @@ from cdc_sql.source import failover, mysql
 from cdc_sql.source.offsets import Position
 from cdc_sql.source.preflight import SourceView, inspect_source, now
 from cdc_sql.source.watermarks import binary_log_status
+from cdc_sql.workers import Workers
 
 log = logging.getLogger("cdc_sql")
 
@@ -89,7 +90,7 @@ class Runner:
         self.lake = Lake.open(engine, pipeline.root, pipeline.engine.sql_only)
         self.state = State(self.lake)
         self.stop = stop or threading.Event()
-        self.phases = Run(pipeline, self.lake, self.state, self.stop)
+        self.phases = Run(pipeline, self.lake, self.state, self.stop, Workers(self.lake))
 
     # -- the whole run ---------------------------------------------------------------------
     def run(self, until_caught_up: bool = True, poll_seconds: float = 1.0) -> RunEntry:
@@ -99,6 +100,8 @@ class Runner:
             if out_of_space(exc) and not isinstance(exc, CdcError):
                 raise self._full(exc) from None
             raise
+        finally:
+            self.phases.workers.close()
 
     def _run(self, until_caught_up: bool, poll_seconds: float) -> RunEntry:
         view = inspect_source(self.pipeline)

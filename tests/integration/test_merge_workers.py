@@ -1,10 +1,17 @@
-"""Light merges in worker processes (run/merge_workers.py): silver exact, state as in process,
-a worker's error the run's own, and a window that needs the engine merged by the run."""
+"""A run's worker processes (workers.py) merging light tables: silver exact, state as in
+process, a worker's error the run's own, a window that needs the engine merged by the run, a
+crash point in a worker the run's."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pyarrow as pa
 import pytest
 
 from cdc_sql.errors import StateError
-from cdc_sql.run import merge_workers
+from cdc_sql import workers
 from tests.integration.helpers import assert_silver_equals, checkpoint, run, silver_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_lake]
@@ -15,7 +22,7 @@ SELECT = "SELECT * FROM {db}.{name}"
 @pytest.fixture
 def tenants(mariadb, database, make_pipeline, engine, monkeypatch):
     """Three small tables of a few rows, first run done; every later pass with at least two
-    light tables merges them in workers, whose tasks are counted."""
+    light merges gives them to workers, whose tasks are counted (function, table)."""
     for name in TABLES:
         mariadb.execute(f"CREATE TABLE {database}.{name} (id INT PRIMARY KEY, v VARCHAR(20), "
                         f"f FLOAT, d DOUBLE, m DECIMAL(12, 4), at DATETIME(6))",
@@ -24,12 +31,12 @@ def tenants(mariadb, database, make_pipeline, engine, monkeypatch):
                         f"(3, NULL, NULL, 1e-300, NULL, '1999-12-31 23:59:59.999999')")
     pipeline = make_pipeline("\n".join(f"- name: {n}\n  source: {database}.{n}" for n in TABLES))
     run(pipeline, engine)
-    monkeypatch.setattr(merge_workers, "WORKER_TABLES", 2)
+    monkeypatch.setattr(workers, "MANY_TABLES", 2)
     tasks = []
-    merge = merge_workers.Worker.merge
-    monkeypatch.setattr(merge_workers.Worker, "merge",
-                        lambda self, plan, *rest, **kw: tasks.append(plan.spec.name) or
-                        merge(self, plan, *rest, **kw))
+    call = workers._Worker.call
+    monkeypatch.setattr(workers._Worker, "call", lambda self, function, arguments: tasks.append(
+        (function.__name__, getattr(arguments[0], "spec", arguments[0]).name)) or
+        call(self, function, arguments))
     return pipeline, tasks
 
 
@@ -48,7 +55,7 @@ def test_workers_merge_light_tables_exactly(mariadb, database, engine, tenants):
                         f"UPDATE {database}.{name} SET id = 10 WHERE id = 2",  # key moves
                         f"DELETE FROM {database}.{name} WHERE id = 3")
     run(pipeline, engine)
-    assert sorted(tasks) == TABLES
+    assert sorted(tasks) == [("merged_alone", n) for n in TABLES]
     assert_exact(engine, pipeline, mariadb, database)
     state = checkpoint(engine, pipeline)
     for name in TABLES:  # state records silver's version as the worker left it
@@ -57,8 +64,9 @@ def test_workers_merge_light_tables_exactly(mariadb, database, engine, tenants):
         assert state.table(name).silver_version == DeltaTable(
             silver_path(pipeline, name)).version()
         assert state.table(name).applied == state.capture.offset
+    tasks.clear()
     run(pipeline, engine)  # nothing new: no window, no task
-    assert sorted(tasks) == TABLES
+    assert tasks == []
     assert_exact(engine, pipeline, mariadb, database)
 
 
@@ -75,23 +83,23 @@ def test_a_workers_error_is_the_runs_own(mariadb, database, engine, tenants):
         mariadb.execute(f"UPDATE {database}.{name} SET v = 'x' WHERE id = 1")
     with pytest.raises(StateError, match="changed outside cdc-sql"):
         run(pipeline, engine)
-    assert TABLES[0] in tasks  # found by the worker, raised by the run
+    assert ("merged_alone", TABLES[0]) in tasks  # found by a worker, raised by the run
 
 
 def test_a_window_that_needs_the_engine_is_merged_by_the_run(mariadb, database, engine,
                                                               tenants, monkeypatch):
     pipeline, tasks = tenants
     back = []
-    merge = merge_workers.Worker.merge
+    call = workers._Worker.call
 
-    def merged(self, plan, *rest, **kw):
+    def needs_engine(self, function, arguments):
         try:
-            return merge(self, plan, *rest, **kw)
-        except merge_workers.NeedsEngine:
-            back.append(plan.spec.name)
+            return call(self, function, arguments)
+        except workers.NeedsEngine:
+            back.append(arguments[0].spec.name)
             raise
 
-    monkeypatch.setattr(merge_workers.Worker, "merge", merged)
+    monkeypatch.setattr(workers._Worker, "call", needs_engine)
     for name in TABLES:
         mariadb.execute(f"UPDATE {database}.{name} SET v = 'before' WHERE id = 1")
     mariadb.execute(f"TRUNCATE TABLE {database}.{TABLES[0]}",  # the engine's SQL applies it
@@ -102,9 +110,9 @@ def test_a_window_that_needs_the_engine_is_merged_by_the_run(mariadb, database, 
 
 
 def test_engine_facts_answer_what_the_engine_can_do_and_nothing_else():
-    facts = merge_workers.EngineFacts("embedded", False, True)
+    facts = workers.EngineFacts("embedded", False, True)
     assert facts.mode == "embedded" and facts.clusters_liquid and not facts.describes_history
-    with pytest.raises(merge_workers.NeedsEngine):
+    with pytest.raises(workers.NeedsEngine):
         facts.spark  # noqa: B018 - the attribute is the test
     with pytest.raises(AttributeError):
         facts.__setstate__  # noqa: B018
@@ -114,8 +122,47 @@ def test_an_error_that_does_not_pickle_crosses_as_its_type_and_text():
     class Local(Exception):
         pass
 
-    portable = merge_workers._portable(Local("lost"))
+    portable = workers._portable(Local("lost"))
     assert isinstance(portable, RuntimeError) and str(portable) == "Local: lost"
-    kept = merge_workers._portable(StateError("kept"))
+    kept = workers._portable(StateError("kept"))
     assert isinstance(kept, StateError) and str(kept) == "kept"
-    assert isinstance(merge_workers._portable(pa.ArrowInvalid("x")), pa.ArrowInvalid)
+    assert isinstance(workers._portable(pa.ArrowInvalid("x")), pa.ArrowInvalid)
+
+
+@pytest.mark.parametrize("point", ["silver.merged", "silver.merged@2"])
+def test_a_crash_point_in_a_worker_kills_the_run_and_the_next_run_is_exact(
+        mariadb, database, engine, tenants, point):
+    """`cdc-sql run` with workers for two or more tables, killed where a worker has merged its
+    first table (the other worker may have merged one too) or its second: the point kills the
+    run, and no worker outlives it; the next run finishes the work exactly."""
+    pipeline, tasks = tenants
+    for name in TABLES:
+        mariadb.execute(f"UPDATE {database}.{name} SET v = 'killed', d = d * 7 WHERE id <= 2",
+                        f"INSERT INTO {database}.{name} (id, v) VALUES (20, 'z')")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys, cdc_sql.workers as w; w.MANY_TABLES = 2; "
+         "from cdc_sql.cli import main; sys.exit(main(sys.argv[1:]))", "run", pipeline.file,
+         "--until-caught-up"],
+        env={**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret", "CDC_SQL_KILL_AT": point},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    code = process.wait(timeout=300)
+    stderr = process.stderr.read().decode()
+    assert code == -signal.SIGKILL, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert _ended(process.pid), "a worker outlived its run"  # it ends with its input
+    run(pipeline, engine)
+    assert_exact(engine, pipeline, mariadb, database)
+
+
+def _ended(group: int, seconds: float = 10.0) -> bool:
+    """Whether every process of the process group has ended, within `seconds` (else they are
+    killed)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    os.killpg(group, signal.SIGKILL)
+    return False

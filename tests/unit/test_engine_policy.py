@@ -116,11 +116,11 @@ def test_a_light_merge_is_of_a_small_silver_and_small_bronze():
     assert not light(LIGHT_BYTES + 1, 0) and not light(0, LIGHT_BYTES + 1)
 
 
-def test_many_light_merges_go_to_a_worker_a_core_within_the_parallelism():
-    """run/merge_workers.py: below WORKER_TABLES light tables a pass starts no worker (one's
-    start costs more than it saves); from there one a core, at most target.parallelism."""
-    from cdc_sql.run.merge_workers import WORKER_TABLES, workers
+def test_many_small_tables_go_to_a_worker_a_core_within_the_parallelism():
+    """workers.py: below MANY_TABLES small tables a step starts no worker (one's start costs
+    more than it saves); from there one a core, at most target.parallelism."""
+    from cdc_sql.workers import MANY_TABLES, count
 
-    assert workers(WORKER_TABLES - 1, 8, 8) == 0 and workers(0, 2, 4) == 0
-    assert workers(WORKER_TABLES, 2, 4) == 2 and workers(10 * WORKER_TABLES, 8, 3) == 3
-    assert workers(WORKER_TABLES, 1, 4) == 1 and workers(WORKER_TABLES, 4, 1) == 1
+    assert count(MANY_TABLES - 1, 8, 8) == 0 and count(0, 2, 4) == 0
+    assert count(MANY_TABLES, 2, 4) == 2 and count(10 * MANY_TABLES, 8, 3) == 3
+    assert count(MANY_TABLES, 1, 4) == 1 and count(MANY_TABLES, 4, 1) == 1
