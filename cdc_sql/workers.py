@@ -3,20 +3,21 @@
 files, all of it holding Python's lock, so threads of one process only take turns (a thousand
 such merges took 5.4 s on one thread and no less on two: docs/performance.md).
 
-A run starts its workers when a pass has at least MANY_TABLES such tables (`count`, pure: one
-a core, at most `target.parallelism`), and keeps them until it ends. A worker is a Python
-process started here (`python -c`, never the caller's main module, which a notebook or a
-script without a `__main__` guard would run again) with the run's lake; it reads tasks from its
+A run starts its workers when a merge pass has at least MANY_TABLES light merges (`count`, pure:
+one a core, at most `target.parallelism`), and keeps them until it ends. A worker is a Python
+process started here (`python -c`, never the caller's main module, which a notebook or a script
+without a `__main__` guard would run again) with the run's lake; it reads tasks from its
 standard input and answers on a copy of its standard output (its own output goes to standard
-error). A task is a module-level function and its arguments, called as `function(lake,
-*arguments)`; the answer is its value and the log records it made, which the run logs as its
-own. A task stands alone as it would in the run (one table's window), and the run records
-state once it is done, as for its own: a worker killed after a commit leaves what a run killed
-there leaves.
+error). A task is a module-level function called as `function(lake, *a)` for each of a chunk
+of argument tuples (`chunks`: an exchange waits for Python's lock in the run); the answer is
+each call's value or error, and the log records the chunk made, which the run logs as its own.
+Each call stands alone as it would in the run (one table's window), and the run commits state
+once it is done, as for its own: a worker killed after a commit leaves what a run killed there
+leaves.
 
-A worker has no engine: a task that reaches for one (a window the files send to the engine's
+A worker has no engine: a call that reaches for one (a window the files send to the engine's
 SQL after all, a TRUNCATE in it) stops with NeedsEngine where it would start it, and the run
-calls it itself, as the next run would after a kill there (every step is replay-safe). A crash
+makes it itself, as the next run would after a kill there (every step is replay-safe). A crash
 point reached in a worker (faults.py) kills the run too.
 """
 from __future__ import annotations
@@ -28,19 +29,30 @@ import queue
 import signal
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
 log = logging.getLogger("cdc_sql")
 
-MANY_TABLES = 500  # a pass with at least this many light merges gives them to workers
+MANY_TABLES = 500  # a merge pass of at least this many light merges gives them to workers
+CHUNK = 64  # tasks sent to a worker at once (each exchange waits for Python's lock here)
 
 
 def count(tables: int, cores: int, parallelism: int) -> int:
-    """How many workers a pass of `tables` light merges wants: none below MANY_TABLES (a
-    worker's start, its imports, takes about 0.5 s of a core), else one a core, at most
+    """How many workers a merge pass of `tables` light merges wants: none below MANY_TABLES
+    (a worker's start, its imports, takes about 0.5 s of a core), else one a core, at most
     `target.parallelism`. Pure."""
     return 0 if tables < MANY_TABLES else max(1, min(cores, parallelism))
+
+
+def chunks(items: list, workers: int) -> list[list]:
+    """`items` cut into the chunks `workers` workers are sent: at most CHUNK items each (an
+    exchange with a worker waits for Python's lock in the run, up to its switch interval of
+    5 ms, while the run's other threads work), and four chunks a worker or more where there
+    are enough items (so that none waits long for the last). Pure."""
+    size = max(1, min(CHUNK, len(items) // (4 * max(1, workers))))
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 class NeedsEngine(BaseException):
@@ -78,20 +90,41 @@ class Workers:
             self.size += 1
         return self.size
 
-    def call(self, function: Callable, *arguments):
-        """`function(lake, *arguments)` in a free worker (waited for), its log records logged
-        here; in this process, with the run's lake, when it needs the engine. Its error is
-        raised here."""
+    def map(self, function: Callable, arguments: list[tuple]) -> list[Future]:
+        """`function(lake, *a)` for each `a` of `arguments`, sent to the workers in `chunks`:
+        a future of each call's value or error (in this process, with the run's lake, a call
+        that needs the engine). The log records of each chunk are logged here as it ends."""
+        futures = [Future() for _ in arguments]
+        tasks = list(zip(arguments, futures))
+        sending = ThreadPoolExecutor(self.size, "workers")  # a thread a worker, waiting on it
+        for chunk in chunks(tasks, self.size):
+            sending.submit(self._chunk, function, chunk)
+        sending.shutdown(wait=False)  # (its threads end with the last chunk)
+        return futures
+
+    def _chunk(self, function: Callable, tasks: list[tuple[tuple, Future]]) -> None:
         worker = self._free.get()
         try:
-            value, records = worker.call(function, arguments)
-        except NeedsEngine:
-            return function(self.lake, *arguments)
+            answers, records = worker.call(_each, (function, [a for a, _ in tasks]))
+        except BaseException as exc:  # noqa: BLE001 - each call fails with it
+            answers, records = [("failed", exc)] * len(tasks), []
         finally:
             self._free.put(worker)
         for level, message in records:
             log.log(level, "%s", message)
-        return value
+        for (arguments, future), (outcome, value) in zip(tasks, answers):
+            if outcome == "failed" and isinstance(value, NeedsEngine):
+                try:
+                    outcome, value = "done", function(self.lake, *arguments)
+                except BaseException as exc:  # noqa: BLE001 - the future's
+                    outcome, value = "failed", exc
+            if outcome == "done":
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+        for _, future in tasks:  # (none: a worker answers every call of a chunk)
+            if not future.done():
+                future.set_exception(RuntimeError("a worker left a call unanswered"))
 
     def close(self) -> None:
         """Every worker told to end, and waited for."""
@@ -198,6 +231,17 @@ def serve() -> None:
             answers.flush()
         except OSError:  # the run died: nobody to answer
             return
+
+
+def _each(lake, function: Callable, arguments: list[tuple]) -> list[tuple[str, object]]:
+    """`function(lake, *a)` for each `a`: ("done", its value) or ("failed", its error)."""
+    answers = []
+    for each in arguments:
+        try:
+            answers.append(("done", function(lake, *each)))
+        except BaseException as exc:  # noqa: BLE001 - the run's to raise (or call itself)
+            answers.append(("failed", _portable(exc)))
+    return answers
 
 
 def _started(start: tuple):

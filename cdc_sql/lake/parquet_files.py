@@ -43,6 +43,7 @@ TARGET_ROWS = 2_000_000
 # and decoded by Arrow's threads (which a schema per tenant's thousands of such reads a run
 # only wake, docs/performance.md).
 SMALL_FILE = 2**20
+WRITE_BUFFER = 2**20  # bytes a file is written in (unbuffered, a few rows' file took ten writes)
 # DICTIONARY: only for cdc-sql's columns that repeat one value per split (offset, op, time):
 # dictionary encoding of every column was slower and larger than none, and none but these the
 # quickest (docs/performance.md, "Measurements behind the code"). Bronze's snapshot tags repeat
@@ -119,7 +120,8 @@ class Files:
     def write(self, batch: pa.RecordBatch) -> None:
         if self._writer is None:
             self._name = f"part-{uuid.uuid4()}.snappy.parquet"
-            self._sink = self.files.open_output_stream(self._name)
+            self._sink = self.files.open_output_stream(  # buffered: the writer's many small
+                self._name, buffer_size=WRITE_BUFFER)  # writes are one system call a buffer
             self._writer = pq.ParquetWriter(  # Snappy: tables.writer_properties says why
                 self._sink, self.schema, compression="snappy",
                 use_dictionary=[n for n in REPEATING if n in self.schema.names])

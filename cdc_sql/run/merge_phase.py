@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from cdc_sql import planner, resnapshot, workers
@@ -91,14 +91,15 @@ class MergePhase:
         elsewhere = run.workers.start(workers.count(len(lighter), os.cpu_count() or 1,
                                                     threads)) if lighter else 0
         with ThreadPoolExecutor(threads, "merge") as pool, \
-                ThreadPoolExecutor(elsewhere or min(threads, LIGHT_WORKERS), "merge-light") as lane:
+                ThreadPoolExecutor(min(threads, LIGHT_WORKERS), "merge-light") as lane:
+            sent = self._send([p for p in alone if p.spec.name in lighter], checkpoint,
+                              statements, seen, batches, lane) if elsewhere else []
             entries = record_as_done(run.state,
                 [pool.submit(self._merge_chain, group, checkpoint, statements, batches)
-                 for group in groups] +
+                 for group in groups] + sent +
                 [(lane if plan.spec.name in lighter else pool).submit(
-                    self._merge_elsewhere if elsewhere and plan.spec.name in lighter else
                     self._merge_table, plan, checkpoint, statements, seen, batches)
-                 for plan in alone])
+                 for plan in alone if not (elsewhere and plan.spec.name in lighter)])
         return [e.table for e in entries]
 
     def _light(self, plan: SilverPlan) -> bool:
@@ -166,22 +167,45 @@ class MergePhase:
                            idle=seen is not None and entry is not None and
                            self._idle(plan, entry.applied, seen))
 
-    def _merge_elsewhere(self, plan: SilverPlan, checkpoint: Checkpoint,
-                         statements: list[Statement], seen: Seen,
-                         batches: list[Batch]) -> list[TableEntry]:
-        """`_merge_table` by one of the run's workers (workers.py); in this process when there
-        is no merge to do."""
-        window = self._window(plan, checkpoint, seen, check=False)
-        if window is None or window.idle:
-            return self._merge_table(plan, checkpoint, statements, seen, batches)
-        entry, sources = checkpoint.table(plan.spec.name), {(t.db, t.name) for t in plan.sources}
-        versions, seconds = self.run.workers.call(
-            merged_alone, plan, entry, window,
-            [s for s in statements if (s.db, s.tbl) in sources],
-            entry.silver_version if entry is not None else None,
-            plan.spec.name not in self.laid_out)
-        self.laid_out.add(plan.spec.name)
-        return [self._entry(plan, checkpoint, window, versions, seconds, batches)]
+    def _send(self, plans: list[SilverPlan], checkpoint: Checkpoint,
+              statements: list[Statement], seen: Seen, batches: list[Batch],
+              lane: ThreadPoolExecutor) -> list[Future]:
+        """The tables' windows merged by the run's workers (workers.py), as `_merge_table`
+        would: a future of each one's state entry (a table without a merge to do: on `lane`,
+        in this process)."""
+        futures, tasks, windows = [], [], []
+        for plan in plans:
+            window = self._window(plan, checkpoint, seen, check=False)
+            if window is None or window.idle:
+                futures.append(lane.submit(self._merge_table, plan, checkpoint, statements,
+                                           seen, batches))
+                continue
+            entry, sources = checkpoint.table(plan.spec.name), {(t.db, t.name)
+                                                                for t in plan.sources}
+            tasks.append((plan, entry, window, [s for s in statements if (s.db, s.tbl) in sources],
+                          entry.silver_version if entry is not None else None,
+                          plan.spec.name not in self.laid_out))
+            windows.append((plan, window))
+        for (plan, window), merged in zip(windows, self.run.workers.map(merged_alone, tasks)):
+            futures.append(self._entry_of(plan, checkpoint, window, merged, batches))
+        return futures
+
+    def _entry_of(self, plan: SilverPlan, checkpoint: Checkpoint, window: Window,
+                  merged: Future, batches: list[Batch]) -> Future:
+        """A future of the table's state entry once `merged` (merged_alone's) is done."""
+        entry: Future = Future()
+
+        def done(merged: Future) -> None:
+            try:
+                versions, seconds = merged.result()
+                self.laid_out.add(plan.spec.name)
+                entry.set_result([self._entry(plan, checkpoint, window, versions, seconds,
+                                              batches)])
+            except BaseException as exc:  # noqa: BLE001 - the entry's: raised by the phase
+                entry.set_exception(exc)
+
+        merged.add_done_callback(done)
+        return entry
 
     def _merged(self, plan: SilverPlan, checkpoint: Checkpoint, window: Window,
                 statements: list[Statement], batches: list[Batch],

@@ -7,11 +7,10 @@ import subprocess
 import sys
 import time
 
-import pyarrow as pa
 import pytest
 
-from cdc_sql.errors import StateError
 from cdc_sql import workers
+from cdc_sql.errors import StateError
 from tests.integration.helpers import assert_silver_equals, checkpoint, run, silver_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.local_lake]
@@ -21,7 +20,7 @@ SELECT = "SELECT * FROM {db}.{name}"
 
 @pytest.fixture
 def tenants(mariadb, database, make_pipeline, engine, monkeypatch):
-    """Three small tables of a few rows, first run done; every later pass with at least two
+    """Three small tables of a few rows, first run done; every later pass of at least two
     light merges gives them to workers, whose tasks are counted (function, table)."""
     for name in TABLES:
         mariadb.execute(f"CREATE TABLE {database}.{name} (id INT PRIMARY KEY, v VARCHAR(20), "
@@ -34,9 +33,13 @@ def tenants(mariadb, database, make_pipeline, engine, monkeypatch):
     monkeypatch.setattr(workers, "MANY_TABLES", 2)
     tasks = []
     call = workers._Worker.call
-    monkeypatch.setattr(workers._Worker, "call", lambda self, function, arguments: tasks.append(
-        (function.__name__, getattr(arguments[0], "spec", arguments[0]).name)) or
-        call(self, function, arguments))
+
+    def counted(self, each, arguments):
+        function, calls = arguments
+        tasks.extend((function.__name__, plan.spec.name) for plan, *_ in calls)
+        return call(self, each, arguments)
+
+    monkeypatch.setattr(workers._Worker, "call", counted)
     return pipeline, tasks
 
 
@@ -92,12 +95,11 @@ def test_a_window_that_needs_the_engine_is_merged_by_the_run(mariadb, database, 
     back = []
     call = workers._Worker.call
 
-    def needs_engine(self, function, arguments):
-        try:
-            return call(self, function, arguments)
-        except workers.NeedsEngine:
-            back.append(arguments[0].spec.name)
-            raise
+    def needs_engine(self, each, arguments):
+        answers, records = call(self, each, arguments)
+        back.extend(plan.spec.name for (plan, *_), (_, value) in zip(arguments[1], answers)
+                    if isinstance(value, workers.NeedsEngine))
+        return answers, records
 
     monkeypatch.setattr(workers._Worker, "call", needs_engine)
     for name in TABLES:
@@ -109,32 +111,13 @@ def test_a_window_that_needs_the_engine_is_merged_by_the_run(mariadb, database, 
     assert_exact(engine, pipeline, mariadb, database)
 
 
-def test_engine_facts_answer_what_the_engine_can_do_and_nothing_else():
-    facts = workers.EngineFacts("embedded", False, True)
-    assert facts.mode == "embedded" and facts.clusters_liquid and not facts.describes_history
-    with pytest.raises(workers.NeedsEngine):
-        facts.spark  # noqa: B018 - the attribute is the test
-    with pytest.raises(AttributeError):
-        facts.__setstate__  # noqa: B018
-
-
-def test_an_error_that_does_not_pickle_crosses_as_its_type_and_text():
-    class Local(Exception):
-        pass
-
-    portable = workers._portable(Local("lost"))
-    assert isinstance(portable, RuntimeError) and str(portable) == "Local: lost"
-    kept = workers._portable(StateError("kept"))
-    assert isinstance(kept, StateError) and str(kept) == "kept"
-    assert isinstance(workers._portable(pa.ArrowInvalid("x")), pa.ArrowInvalid)
-
-
-@pytest.mark.parametrize("point", ["silver.merged", "silver.merged@2"])
+@pytest.mark.parametrize("point", ["bronze.appended", "silver.merged", "silver.merged@2"])
 def test_a_crash_point_in_a_worker_kills_the_run_and_the_next_run_is_exact(
         mariadb, database, engine, tenants, point):
-    """`cdc-sql run` with workers for two or more tables, killed where a worker has merged its
-    first table (the other worker may have merged one too) or its second: the point kills the
-    run, and no worker outlives it; the next run finishes the work exactly."""
+    """`cdc-sql run` with workers for two or more tables, killed before any worker starts
+    (bronze.appended), or where a worker has merged its first table (the other may have
+    merged one too) or its second (a point in a worker kills the run); no worker outlives the
+    run; the next run finishes the work exactly."""
     pipeline, tasks = tenants
     for name in TABLES:
         mariadb.execute(f"UPDATE {database}.{name} SET v = 'killed', d = d * 7 WHERE id <= 2",

@@ -115,12 +115,3 @@ def test_a_light_merge_is_of_a_small_silver_and_small_bronze():
     assert light(0, 0) and light(LIGHT_BYTES, LIGHT_BYTES)
     assert not light(LIGHT_BYTES + 1, 0) and not light(0, LIGHT_BYTES + 1)
 
-
-def test_many_small_tables_go_to_a_worker_a_core_within_the_parallelism():
-    """workers.py: below MANY_TABLES small tables a step starts no worker (one's start costs
-    more than it saves); from there one a core, at most target.parallelism."""
-    from cdc_sql.workers import MANY_TABLES, count
-
-    assert count(MANY_TABLES - 1, 8, 8) == 0 and count(0, 2, 4) == 0
-    assert count(MANY_TABLES, 2, 4) == 2 and count(10 * MANY_TABLES, 8, 3) == 3
-    assert count(MANY_TABLES, 1, 4) == 1 and count(MANY_TABLES, 4, 1) == 1
