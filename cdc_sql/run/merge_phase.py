@@ -157,8 +157,8 @@ class MergePhase:
         if any(t.qualified in resnapshot.requested(checkpoint) for t in plan.sources):
             return None
         entry = checkpoint.table(plan.spec.name)
-        if entry is not None and check:  # every run, changes or not: silver must hold only
-            # what we wrote
+        # every run, changes or not: silver must hold only what we wrote
+        if entry is not None and check:
             check_untouched(self.run.lake, plan.spec, entry)
         splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
         return next_window(entry, splits, checkpoint.capture,
