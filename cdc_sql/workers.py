@@ -75,7 +75,7 @@ class EngineFacts:
 
 
 class Workers:
-    """The run's workers, none until `start`; `call` runs a task in a free one."""
+    """The run's workers, none until `start`; `map` sends calls to them in chunks."""
 
     def __init__(self, lake):
         self.lake = lake
