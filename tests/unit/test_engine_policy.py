@@ -114,4 +114,3 @@ def test_a_light_merge_is_of_a_small_silver_and_small_bronze():
 
     assert light(0, 0) and light(LIGHT_BYTES, LIGHT_BYTES)
     assert not light(LIGHT_BYTES + 1, 0) and not light(0, LIGHT_BYTES + 1)
-
