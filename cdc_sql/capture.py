@@ -27,6 +27,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from cdc_sql import faults
 from cdc_sql.lake import bronze
@@ -56,8 +57,21 @@ class Pass:
     started_at: str | None = None        # the offset it started from
     resnapshots: list[str] = field(default_factory=list)  # source tables it asked to read again
     commits: list[tuple[int, float]] = field(default_factory=list)  # each: rows, seconds
-    more: bool = False  # it ended at its bytes' bound, before the position it was to reach
+    more: bool = False  # it ended at its bound, before the position it was to reach
     mergeable: bool = True  # False: stopped before a DDL its definitions are from after
+
+
+class Bound(NamedTuple):
+    """Where a capture pass ends before the position it is to reach, at a transaction's end:
+    past `bytes` of row images (engine.window_bytes: the engine's memory follows a window's
+    size), or once `tables` source tables have changed (many small tables: their merges, in
+    worker processes, overlap the next pass's capture); 0: no bound."""
+
+    bytes: int = 0
+    tables: int = 0
+
+
+UNBOUNDED = Bound()
 
 
 @dataclass(frozen=True)
@@ -75,16 +89,16 @@ class Policy:
 class Capture:
     def __init__(self, lake: Lake, state, source, tables, mariadb: bool, matches, stop=None,
                  server: str = "", policy: Policy = Policy(), schema_at: Position | None = None,
-                 pass_bytes: int = 0):
+                 bound: Bound = UNBOUNDED):
         self.lake, self.state, self.source = lake, state, source
-        self.pass_bytes = pass_bytes  # a pass ends at a transaction's end past these (0: never)
+        self.bound = bound  # where a pass ends before `stop_at`
         self.tables = {(t.db, t.name): t for t in tables}
         self.mariadb, self.matches, self.stop = mariadb, matches, stop
         self.server = server  # the identity of the server read (source/failover.py)
         self.policy, self.schema_at = policy, schema_at
         self._writer: ThreadPoolExecutor | None = None  # lands batches, one at a time, in order
         self._landed = None  # the future of the batch being written
-        self._may_end: bool | None = None  # whether this pass may end at its bytes' bound
+        self._may_end: bool | None = None  # whether this pass may end at its bound
 
     @property
     def landing(self) -> set:
@@ -137,14 +151,16 @@ class Capture:
                               held=self.committed.held, schema_at=self.schema_at,
                               policy=self.policy)
         last_flush, landed = time.monotonic(), 0  # bytes of row images landed by this pass
+        ending = False  # the pass ends at its bound
         try:
             for kind in reader.read():
                 if kind == "part":  # a large transaction: land what it has so far
                     landed += reader.pending_bytes
                     self._submit(reader.take(), None, result)
                     continue
-                ending = ended(landed + reader.pending_bytes, self.pass_bytes) and \
-                    self.may_end(reader.position)
+                ending = ended(landed + reader.pending_bytes,
+                               len(result.changed_tables) + reader.pending_tables,
+                               self.bound) and self.may_end(reader.position)
                 full = reader.pending_rows >= batch_rows or \
                     reader.pending_bytes >= self.source.binlog_batch_bytes or \
                     time.monotonic() - last_flush >= self.source.binlog_batch_seconds
@@ -155,7 +171,7 @@ class Capture:
                 if self.stop is not None and self.stop.is_set() or ending:
                     break
             caught_up = reader.position.offset >= stop_at.offset
-            result.more = not caught_up and ended(landed, self.pass_bytes)
+            result.more = not caught_up and ending
             result.mergeable = caught_up or self.stop is None or not self.stop.is_set() or \
                 self.may_end(reader.position)
             self.flush(reader, seen_at if caught_up else reader.source_time, pending, marks,
@@ -174,13 +190,13 @@ class Capture:
         return result
 
     def may_end(self, at: Position) -> bool:
-        """Whether the pass may end at `at`, past its bytes' bound: not if a DDL that may
+        """Whether the pass may end at `at`, past its bound: not if a DDL that may
         change a captured table lies between `at` and where the tables' definitions were
         read (`schema_at`), by the server's list of its events (binlog_statements.ddl_between).
         The window up to `at` would be merged with the definitions from after that DDL, before
         capture meets it: a column renamed there would reach silver as a new column, and the
         values silver held under its old name would be lost. Such a pass goes on to the DDL,
-        and ends after it as after any DDL; its window is larger than `pass_bytes`. A pass
+        and ends after it as after any DDL; its window is larger than its bound. A pass
         stopped (the run asked to stop) before such a DDL is not merged (`Pass.mergeable`):
         the next run reads the definitions again and its first pass reaches the DDL. Asked
         once a pass."""
@@ -303,10 +319,10 @@ def landing_after(landing: set, in_transaction: bool, last: bool) -> set:
     return set(landing) if in_transaction or not last else set()
 
 
-def ended(landed: int, pass_bytes: int) -> bool:
-    """Whether a pass that landed `landed` bytes of row images ends at this transaction's end
-    (`pass_bytes`: its bound, 0 for none). Pure."""
-    return 0 < pass_bytes <= landed
+def ended(landed: int, tables: int, bound: Bound) -> bool:
+    """Whether a pass that landed `landed` bytes of row images in `tables` source tables ends
+    at this transaction's end. Pure."""
+    return 0 < bound.bytes <= landed or 0 < bound.tables <= tables
 
 
 @dataclass(frozen=True)

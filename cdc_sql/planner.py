@@ -132,7 +132,8 @@ def idle(captured_from: str | None, applied: str, reads: Iterable[str],
          changed: set[str], tables_exist: bool) -> bool:
     """True when this run captured all of (applied, now] (`captured_from`: where its capture
     began) and none of it touched the table (`reads`: the source tables it reads and those
-    whose cascades it applies; `changed`: the tables capture wrote): its applied offset then
+    whose cascades it applies; `changed`: the tables capture wrote past `applied`, as far as
+    its passes tell: merge_phase.Seen.changed_since): its applied offset then
     moves on without a MERGE. Never while its silver or history table is missing."""
     return captured_from is not None and captured_from <= applied and \
         not any(t in changed for t in reads) and tables_exist

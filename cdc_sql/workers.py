@@ -37,6 +37,7 @@ log = logging.getLogger("cdc_sql")
 
 MANY_TABLES = 500  # a merge pass of at least this many light merges gives them to workers
 CHUNK = 64  # tasks sent to a worker at once (each exchange waits for Python's lock here)
+PASS_TABLES = 2_000  # source tables a capture pass changes before it ends (pass_tables)
 
 
 def count(tables: int, cores: int, parallelism: int) -> int:
@@ -44,6 +45,15 @@ def count(tables: int, cores: int, parallelism: int) -> int:
     (a worker's start, its imports, takes about 0.5 s of a core), else one a core, at most
     `target.parallelism`. Pure."""
     return 0 if tables < MANY_TABLES else max(1, min(cores, parallelism))
+
+
+def pass_tables(here: int) -> int:
+    """The source tables a capture pass may change before it ends (capture.Bound; 0: no
+    bound), where `here` silver tables may be merged in this process: PASS_TABLES where there
+    are more, so that the workers merge one pass's tables while the run captures the next
+    (a capture pass and its merges take each about half of a change run of many small tables,
+    one after the other: docs/performance.md). Pure."""
+    return PASS_TABLES if here > PASS_TABLES else 0
 
 
 def chunks(items: list, workers: int) -> list[list]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdc_sql import planner, resnapshot
-from cdc_sql.capture import Capture, Policy
+from cdc_sql.capture import UNBOUNDED, Bound, Capture, Policy
 from cdc_sql.lake import bronze
 from cdc_sql.lake.silver.plan import SilverPlan, carries, cascade_parents, sources_by_table
 from cdc_sql.lake.state import Checkpoint
@@ -31,15 +31,14 @@ class Captured:
     schema_changed: list[str] = field(default_factory=list)
     resnapshots: list[str] = field(default_factory=list)
     batches: list[Batch] = field(default_factory=list)
-    more: bool = False  # it ended at engine.window_bytes: capture goes on after the merge
+    more: bool = False  # it ended at its bound (capture.Bound): capture goes on after the merge
     mergeable: bool = True  # False: stopped before a DDL of its backlog (Capture.may_end)
 
 
 def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Position,
             plans: list[SilverPlan], resume: ResumePlan, engine_early: bool,
-            pass_bytes: int = 0) -> Captured:
-    """A pass up to `stop_at`, or to the first transaction's end past `pass_bytes` of row
-    images (engine_policy.decide; 0: no bound)."""
+            bound: Bound = UNBOUNDED) -> Captured:
+    """A pass up to `stop_at`, or to the first transaction's end past its `bound`."""
     if run.pipeline.source.startup == "snapshot-only":
         return Captured()
     saved = checkpoint.capture
@@ -50,7 +49,7 @@ def capture(run: Run, view: SourceView, checkpoint: Checkpoint, stop_at: Positio
     capture = Capture(run.lake, run.state, run.pipeline.source, view.source_tables,
                       view.mariadb, lambda db, table: any(
                           spec.matches(db, table) for spec in run.pipeline.tables),
-                      run.stop, view.server, _policy(run, plans), view.read_at, pass_bytes)
+                      run.stop, view.server, _policy(run, plans), view.read_at, bound)
     result = capture.run(checkpoint, start, stop_at, view.end_seen_at,
                          saved.gtid if saved else gtid_at(run, view, start),
                          by_gtid=resume.by_gtid(saved.position if saved else None), base=view.base)

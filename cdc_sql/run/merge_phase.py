@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cdc_sql import planner, resnapshot, workers
 from cdc_sql.lake import file_merge
@@ -41,11 +41,36 @@ def light(silver_bytes: int, changes_bytes: int) -> bool:
 
 @dataclass(frozen=True)
 class Seen:
-    """What this run's capture saw, so idle tables advance without a MERGE (heartbeat): where
-    its first pass began (None: no capture yet), and every source table it wrote."""
+    """What this run's capture saw, so idle tables advance without a MERGE (heartbeat): each
+    pass that read (where it began, the source tables it wrote), in order, and whether the
+    last one reached where it was to stop (False: it ended at its bound, capture goes on after
+    this merge pass; idle tables then wait for the last)."""
 
-    captured_from: str | None = None
-    changed_tables: frozenset[str] = frozenset()
+    passes: tuple[tuple[str, frozenset[str]], ...] = ()
+    last: bool = True
+    _since: dict = field(default_factory=dict, compare=False, repr=False)  # by `applied`
+
+    def after(self, started_at: str | None, changed: frozenset[str], last: bool) -> "Seen":
+        """With the pass that just ended (`started_at` None: it read nothing)."""
+        passes = self.passes if started_at is None else (*self.passes, (started_at, changed))
+        return Seen(passes, last)
+
+    @property
+    def captured_from(self) -> str | None:
+        """Where the run's first pass began (None: no capture yet)."""
+        return self.passes[0][0] if self.passes else None
+
+    def changed_since(self, applied: str) -> frozenset[str]:
+        """The source tables written by the passes that may hold changes past `applied`:
+        every pass that ends after it (a pass ends where the next begins; the last is still
+        going). Pure (each `applied` worked out once: thousands of tables share one)."""
+        found = self._since.get(applied)
+        if found is None:
+            ends = [start for start, _ in self.passes[1:]]
+            found = self._since[applied] = frozenset().union(*(
+                changed for (_, changed), end in zip(self.passes, [*ends, None])
+                if end is None or end > applied))
+        return found
 
 
 def merged_alone(lake: Lake, plan: SilverPlan, entry: TableEntry | None, window: Window,
@@ -71,6 +96,7 @@ class MergePhase:
         self.run = run
         self.registered: set[str] = set()  # silver tables registered by name in this run
         self.laid_out: set[str] = set()  # silver tables given their properties in this run
+        self.running: list[Future] = []  # state entries of the workers' merges, not recorded
 
     def merge(self, plans: list[SilverPlan], checkpoint: Checkpoint, seen: Seen,
               batches: list[Batch], here: frozenset[str] = frozenset()) -> list[str]:
@@ -78,13 +104,21 @@ class MergePhase:
         of tables whose cascades set off cascades as one, light merges on a lane of their
         own); returns the tables that moved. `batches`: the run's commits, to which each
         table's MERGE is added as it is done (so a failed run's metrics keep those that
-        were). `here`: the tables whose windows may be merged in this process."""
+        were). `here`: the tables whose windows may be merged in this process. Where capture
+        goes on after this pass (`seen.last` False), the workers' merges are left running
+        while it reads: `finish` records them."""
         run = self.run
         threads = max(1, min(run.pipeline.target.parallelism, len(plans)))
         statements = read_statements(run.lake)
         groups = [] if run.pipeline.source.startup == "snapshot-only" else chained(plans)
         grouped = {plan.spec.name for group in groups for plan in group}
-        alone = [plan for plan in plans if plan.spec.name not in grouped]
+
+        def changed(plan: SilverPlan) -> bool:  # before capture's last pass, only these merge
+            entry = checkpoint.table(plan.spec.name)
+            return entry is None or not self._quiet(plan, entry.applied, seen)
+
+        alone = [plan for plan in plans if plan.spec.name not in grouped and
+                 (seen.last or changed(plan))]
         with run.lake.tables.pinned():  # (reads only)
             lighter = {plan.spec.name for plan in alone if plan.spec.name in here and
                        self._light(plan)}
@@ -94,6 +128,8 @@ class MergePhase:
                 ThreadPoolExecutor(min(threads, LIGHT_WORKERS), "merge-light") as lane:
             sent = self._send([p for p in alone if p.spec.name in lighter], checkpoint,
                               statements, seen, batches, lane) if elsewhere else []
+            if not seen.last:
+                self.running, sent = self.running + sent, []
             entries = record_as_done(run.state,
                 [pool.submit(self._merge_chain, group, checkpoint, statements, batches)
                  for group in groups] + sent +
@@ -101,6 +137,19 @@ class MergePhase:
                     self._merge_table, plan, checkpoint, statements, seen, batches)
                  for plan in alone if not (elsewhere and plan.spec.name in lighter)])
         return [e.table for e in entries]
+
+    def finish(self, quiet: bool = False) -> list[str]:
+        """Wait for the merges the workers were left doing and record them (the first failure
+        raised once the rest are, unless `quiet`: the run is failing already); the tables
+        that moved."""
+        running, self.running = self.running, []
+        try:
+            return [e.table for e in record_as_done(self.run.state, running)] if running else []
+        except Exception as exc:  # noqa: BLE001 - the run's own error goes on
+            if not quiet:
+                raise
+            log.debug("a worker's merge failed too: %s", exc)
+            return []
 
     def _light(self, plan: SilverPlan) -> bool:
         """Whether the table, whose windows may be merged here, has a silver merged here on
@@ -151,9 +200,10 @@ class MergePhase:
                 seen: Seen | None, check: bool = True) -> Window | None:
         """The table's next window (planner.py); None when it must wait (also while a
         re-snapshot of one of its source tables is asked for and not yet prepared: rows
-        changed without row events stay out of silver until it replaces them). `seen`: what
-        capture saw, for an idle window (None: never idle). `check`: silver checked
-        untouched (else whoever merges the window checks it)."""
+        changed without row events stay out of silver until it replaces them; and an idle
+        window before capture's last pass). `seen`: what capture saw, for an idle window
+        (None: never idle). `check`: silver checked untouched (else whoever merges the
+        window checks it)."""
         if any(t.qualified in resnapshot.requested(checkpoint) for t in plan.sources):
             return None
         entry = checkpoint.table(plan.spec.name)
@@ -161,11 +211,12 @@ class MergePhase:
         if entry is not None and check:
             check_untouched(self.run.lake, plan.spec, entry)
         splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
-        return next_window(entry, splits, checkpoint.capture,
-                           snapshot_only=self.run.pipeline.source.startup == "snapshot-only",
-                           history=plan.spec.history,
-                           idle=seen is not None and entry is not None and
-                           self._idle(plan, entry.applied, seen))
+        window = next_window(entry, splits, checkpoint.capture,
+                             snapshot_only=self.run.pipeline.source.startup == "snapshot-only",
+                             history=plan.spec.history,
+                             idle=seen is not None and entry is not None and
+                             self._idle(plan, entry.applied, seen))
+        return None if window is not None and window.idle and not seen.last else window
 
     def _send(self, plans: list[SilverPlan], checkpoint: Checkpoint,
               statements: list[Statement], seen: Seen, batches: list[Batch],
@@ -252,9 +303,17 @@ class MergePhase:
             self.registered.add(plan.spec.name)
 
     def _idle(self, plan: SilverPlan, applied: str, seen: Seen) -> bool:
-        """planner.idle, with what this run captured and whether the table's tables exist."""
+        """planner.idle, with what this run captured and whether the table's tables exist
+        (looked at only where the rest says idle)."""
         lake = self.run.lake
+        return self._quiet(plan, applied, seen) and planner.idle(
+            seen.captured_from, applied, (), frozenset(),
+            all(lake.tables.exists(p) for p in owned_tables(lake, plan.spec).values()))
+
+    def _quiet(self, plan: SilverPlan, applied: str, seen: Seen) -> bool:
+        """planner.idle without a look at the table's tables: this run's capture wrote nothing
+        it reads past `applied`. Before capture's last pass, only tables that are not quiet
+        merge (a look at ten thousand tables' logs a pass takes seconds)."""
         reads = [t.qualified for t in plan.sources] + [fk.parent for fk in plan.cascades]
-        return planner.idle(seen.captured_from, applied, reads, seen.changed_tables,
-                            all(lake.tables.exists(p)
-                                for p in owned_tables(lake, plan.spec).values()))
+        return planner.idle(seen.captured_from, applied, reads, seen.changed_since(applied),
+                            True)

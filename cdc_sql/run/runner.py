@@ -30,6 +30,7 @@ from cdc_sql.errors import CdcError, TargetError, out_of_space, redacted
 from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan, cascade_warnings, silver_plans
+from cdc_sql.capture import Bound
 from cdc_sql.lake.state import (Checkpoint, MaintainEntry, OwnerEntry, RunEntry, State,
                                 check_owner)
 from cdc_sql.ops import maintain, metrics
@@ -41,6 +42,7 @@ from cdc_sql.source import failover, mysql
 from cdc_sql.source.offsets import Position
 from cdc_sql.source.preflight import SourceView, inspect_source, now
 from cdc_sql.source.watermarks import binary_log_status
+from cdc_sql import workers
 from cdc_sql.workers import Workers
 
 log = logging.getLogger("cdc_sql")
@@ -141,55 +143,68 @@ class Runner:
                                                             policy.early)
         view = self._refresh_end(view)  # capture reaches past every snapshot watermark
         seen, merger = Seen(), MergePhase(self.phases)
-        while not self.stop.is_set():
-            checkpoint = self.state.load()
-            if self._maintain_if_due(checkpoint):
+        try:
+            while not self.stop.is_set():
                 checkpoint = self.state.load()
-            self.state.compact_if_due()  # no phase writes state now
-            if resnapshot.pending(checkpoint) or resnapshot.ranges_pending(checkpoint):
-                # asked for while this run follows
-                with summary.timed("snapshot"):
-                    summary.snapshot_rows += snapshot_phase.snapshot(self.phases, view, plans,
-                                                                     policy.early)
-                view, checkpoint = self._refresh_end(view), self.state.load()
-            with summary.timed("capture"):
-                captured = capture_phase.capture(self.phases, view, checkpoint, view.end, plans,
-                                                 resumed, policy.early, policy.window_bytes)
-            seen = Seen(seen.captured_from or captured.started_at,
-                        seen.changed_tables | captured.changed_tables)
-            batches += captured.batches
-            if captured.schema_changed:  # capture stopped after a DDL: merge and go on with
-                view = dataclasses.replace(  # the new definitions (projections checked again)
-                    inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at,
-                    server=view.server, base=view.base)
-                plans = self._silver_plans(view)
-                policy = engine_policy.decide(self.pipeline, self.lake, plans)
-                self.ensure_bronze(view)
-                with summary.timed("snapshot"):  # of tables that just began to match
-                    if snapshot_phase.snapshot(self.phases, view, plans, policy.early):
-                        view = self._refresh_end(view)
-            with summary.timed("merge"):  # unless stopped short of a DDL its definitions
-                merged = merger.merge(plans, self.state.load(), seen, batches, policy.here) \
-                    if captured.mergeable else []  # are from after (Capture.may_end)
-            summary.captured_changes += captured.changes
-            summary.merged_tables |= set(merged)
-            if captured.schema_changed or captured.resnapshots or captured.more:
-                continue  # go on with the new definitions, read tables again, or capture on
-            if until_caught_up or self.stop.wait(poll_seconds):
-                break
-            view = self._refresh_end(view)
+                due = self._maintenance_due(checkpoint)
+                asked = resnapshot.pending(checkpoint) or resnapshot.ranges_pending(checkpoint)
+                if due or asked:  # they touch silver: the workers' merges end first
+                    summary.merged_tables |= set(merger.finish())
+                    if due:
+                        self._maintain()
+                    checkpoint = self.state.load()
+                self.state.compact_if_due()  # no phase writes state now
+                if asked:  # a re-snapshot asked for while this run follows
+                    with summary.timed("snapshot"):
+                        summary.snapshot_rows += snapshot_phase.snapshot(self.phases, view, plans,
+                                                                         policy.early)
+                    view, checkpoint = self._refresh_end(view), self.state.load()
+                with summary.timed("capture"):
+                    captured = capture_phase.capture(
+                        self.phases, view, checkpoint, view.end, plans, resumed, policy.early,
+                        Bound(policy.window_bytes, workers.pass_tables(len(policy.here))))
+                with summary.timed("merge"):  # the last pass's, merged while this one read
+                    summary.merged_tables |= set(merger.finish())
+                seen = seen.after(captured.started_at, captured.changed_tables,
+                                  not captured.more)
+                batches += captured.batches
+                if captured.schema_changed:  # capture stopped after a DDL: merge and go on with
+                    view = dataclasses.replace(  # the new definitions (projections checked again)
+                        inspect_source(self.pipeline), end=view.end, end_seen_at=view.end_seen_at,
+                        server=view.server, base=view.base)
+                    plans = self._silver_plans(view)
+                    policy = engine_policy.decide(self.pipeline, self.lake, plans)
+                    self.ensure_bronze(view)
+                    with summary.timed("snapshot"):  # of tables that just began to match
+                        if snapshot_phase.snapshot(self.phases, view, plans, policy.early):
+                            view = self._refresh_end(view)
+                with summary.timed("merge"):  # unless stopped short of a DDL its definitions
+                    merged = merger.merge(plans, self.state.load(), seen, batches, policy.here) \
+                        if captured.mergeable else []  # are from after (Capture.may_end)
+                summary.captured_changes += captured.changes
+                summary.merged_tables |= set(merged)
+                if captured.schema_changed or captured.resnapshots or captured.more:
+                    continue  # go on with the new definitions, read tables again, or capture on
+                if until_caught_up or self.stop.wait(poll_seconds):
+                    break
+                view = self._refresh_end(view)
+        except BaseException:
+            merger.finish(quiet=True)  # what the workers merged recorded; the run's error raised
+            raise
+        summary.merged_tables |= set(merger.finish())  # a stop after a pass that ended early
 
-    def _maintain_if_due(self, checkpoint: Checkpoint) -> bool:
-        """Between two passes, what `cdc-sql maintain` does, once target.maintain_every_hours
-        have passed since the last maintenance (a run following the binlog holds the lease
-        `maintain` would need): prune bronze silver has applied, cluster, compact, vacuum."""
-        if not maintain.due(checkpoint.maintained, self.pipeline.target.maintain_every_hours,
-                            dt.datetime.now(dt.timezone.utc)):
-            return False
+    def _maintenance_due(self, checkpoint: Checkpoint) -> bool:
+        """Whether target.maintain_every_hours have passed since the last maintenance."""
+        return maintain.due(checkpoint.maintained, self.pipeline.target.maintain_every_hours,
+                            dt.datetime.now(dt.timezone.utc))
+
+    def _maintain(self) -> None:
+        """Between two passes, what `cdc-sql maintain` does (a run following the binlog holds
+        the lease `maintain` would need): prune bronze silver has applied, cluster, compact,
+        vacuum."""
         log.info("maintaining the target (target.maintain_every_hours: %s)",
                  self.pipeline.target.maintain_every_hours)
         maintain.maintain(self.lake.engine, self.pipeline)
-        return True
 
     def _record(self, entry: RunEntry, batches: list[Batch]) -> None:
         """The run's outcome into state and metrics, never hiding the run's own error."""

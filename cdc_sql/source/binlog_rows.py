@@ -72,6 +72,11 @@ class RowEvents:
     def pending_bytes(self) -> int:
         return self._decoding.nbytes
 
+    @property
+    def pending_tables(self) -> int:
+        """The source tables of the row changes held (XA transactions' aside)."""
+        return len(self._decoding.tables)
+
     def _uncompressed(self, event):
         try:
             type_, body = ev.uncompressed_rows(event.type, event.body)

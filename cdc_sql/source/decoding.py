@@ -63,12 +63,14 @@ class Decoding:
         self._open = Segment()
         self.rows = 0    # row changes held (decoded or counted)
         self.nbytes = 0  # bytes of row images held
+        self.tables: set = set()  # the TableDecoders of the rows held
 
     def add(self, decoder, body, start: int, op: str, seq: int, pos: int, timestamp: int,
             txn: int, file: str) -> None:
         """One rows event of `decoder`'s table. Raises DecodeError for an event whose rows
         cannot be located (inline: decoded); a value a worker cannot decode surfaces in take()."""
         segment = self._open
+        self.tables.add(decoder)
         builder = segment.builders.get(decoder)
         if builder is None:
             builder = segment.builders[decoder] = self._new_builder(decoder)
@@ -105,6 +107,7 @@ class Decoding:
         else:
             segments, self._open = [self._open], Segment()
         self.rows = self.nbytes = 0
+        self.tables = set()
         return segments
 
     def close(self) -> None:

@@ -9,9 +9,16 @@ stage runs on Sail and on JVM Spark with Delta, `local`), a pipeline is snapshot
 `cdc-sql run` follows in its default follow mode while the writers again write as fast as they
 can for N seconds (`--size load=N`): the lag is sampled every 5 s (how long ago the source
 was where the slowest silver table is now), then the time to catch up once the writers stop.
-The follower's peak is that of its process tree (the JVM's too)."""
+The follower's peak is that of its process tree (the JVM's too).
+
+Both sides' CPU a row change is shown too (the server's and the writers' while they write
+alone; the follower's whole process tree, writing and catching up): on cores the two share,
+the lag stays bounded only where the follower spends less CPU a change than the source side,
+whatever the number of cores."""
 from __future__ import annotations
 
+import os
+import resource
 import signal
 import threading
 import time
@@ -95,12 +102,32 @@ class Writers:
                 n += 1
 
 
-def probe(db: MariaDB, names: dict[str, str], seconds: float) -> float:
-    """Row changes per second the writers reach alone."""
+def probe(db: MariaDB, names: dict[str, str], seconds: float) -> tuple[int, float]:
+    """Row changes the writers make alone in `seconds`, and the CPU seconds the server and
+    the writers (this process's threads) spent on them."""
+    before = server_cpu(db) + own_cpu()
     with Writers(db, names) as writers:
         time.sleep(seconds)
         written = writers.changes
-    return written / seconds
+    return written, server_cpu(db) + own_cpu() - before
+
+
+def server_cpu(db: MariaDB) -> float:
+    """CPU seconds (user and system) the MariaDB server has used so far."""
+    with open(f"/proc/{db.process.pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have ended (and of theirs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def source_offset(db: MariaDB) -> str:
@@ -131,6 +158,7 @@ def follow(db: MariaDB, names: dict[str, str], seconds: float) -> list:
                      f"not measured: {why}", None)]
     lake, tables = home / "lake", len(pipeline_tables(names))
     log = open(home / "follower.log", "wb")
+    cpu_before = children_cpu()
     follower, peak_file = spawn("-m", "cdc_sql.cli", "run", str(pipeline), stdout=log,
                                 stderr=log)
     tree = TreePeak(follower.pid)
@@ -156,6 +184,7 @@ def follow(db: MariaDB, names: dict[str, str], seconds: float) -> list:
     catch_up = time.monotonic() - stopped
     follower.send_signal(signal.SIGTERM)
     follower.wait()
+    cpu = children_cpu() - cpu_before
     log.close()
     peak = max(tree.stop(), own_peak_mb(peak_file))
     max_lag = max(lag for _, lag in lags)
@@ -166,6 +195,8 @@ def follow(db: MariaDB, names: dict[str, str], seconds: float) -> list:
                f"{max(late, default=0):.1f} s, caught up {catch_up:.1f} s after", written, 0),
         Result("  the follower: every change applied, writing and catching up", written,
                writing + catch_up),
+        Result(f"  the follower's CPU: {cpu:.1f} s, {cpu / max(written, 1) * 1e6:.2f} us a "
+               f"change", written, 0),
         at_most(f"6 load: max lag at {written / writing:,.0f} changes/s",
                 max_lag, BOUND, " s"),
     ]
@@ -173,6 +204,8 @@ def follow(db: MariaDB, names: dict[str, str], seconds: float) -> list:
 
 def run(db: MariaDB, seconds: int) -> list:
     names = create_tables(db)
-    alone = probe(db, names, PROBE)
-    return [Result(f"load: writers alone, as fast as they can ({PROBE} s)", int(alone * PROBE),
-                   PROBE), *follow(db, names, seconds)]
+    written, cpu = probe(db, names, PROBE)
+    return [Result(f"load: writers alone, as fast as they can ({PROBE} s)", written, PROBE),
+            Result(f"  the server's and the writers' CPU: {cpu:.1f} s, "
+                   f"{cpu / max(written, 1) * 1e6:.2f} us a change", written, 0),
+            *follow(db, names, seconds)]

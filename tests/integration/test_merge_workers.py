@@ -22,6 +22,21 @@ SELECT = "SELECT * FROM {db}.{name}"
 def tenants(mariadb, database, make_pipeline, engine, monkeypatch):
     """Three small tables of a few rows, first run done; every later pass of at least two
     light merges gives them to workers, whose tasks are counted (function, table)."""
+    return _tenants(mariadb, database, make_pipeline, engine, monkeypatch)
+
+
+@pytest.fixture
+def tenants_in_passes(mariadb, database, make_pipeline, engine, monkeypatch):
+    """`tenants`, with a capture pass that ends once it changed a table (workers.PASS_TABLES
+    1), whose light merges, one or more, go to the workers (MANY_TABLES 1): they merge a
+    pass's tables while the run captures the next."""
+    tenants = _tenants(mariadb, database, make_pipeline, engine, monkeypatch)
+    monkeypatch.setattr(workers, "PASS_TABLES", 1)
+    monkeypatch.setattr(workers, "MANY_TABLES", 1)
+    return tenants
+
+
+def _tenants(mariadb, database, make_pipeline, engine, monkeypatch):
     for name in TABLES:
         mariadb.execute(f"CREATE TABLE {database}.{name} (id INT PRIMARY KEY, v VARCHAR(20), "
                         f"f FLOAT, d DOUBLE, m DECIMAL(12, 4), at DATETIME(6))",
@@ -73,6 +88,34 @@ def test_workers_merge_light_tables_exactly(mariadb, database, engine, tenants):
     assert_exact(engine, pipeline, mariadb, database)
 
 
+def test_a_pass_merged_by_workers_while_the_next_captures_is_exact(mariadb, database, engine,
+                                                                    tenants_in_passes):
+    """Capture in passes of a transaction each: each pass's light merges are left to
+    the workers while the next pass reads; idle tables advance with the last pass only. A
+    transaction over two tables lands whole in one pass."""
+    pipeline, tasks = tenants_in_passes
+    for step in range(3):
+        for name in TABLES:
+            mariadb.execute(f"UPDATE {database}.{name} SET v = CONCAT(v, '{step}'), "
+                            f"d = d * 3 WHERE id = 1",
+                            f"INSERT INTO {database}.{name} (id, v) VALUES ({30 + step}, 'n')")
+        mariadb.execute("START TRANSACTION",
+                        f"DELETE FROM {database}.{TABLES[0]} WHERE id = {30 + step}",
+                        f"UPDATE {database}.{TABLES[1]} SET id = {40 + step} "
+                        f"WHERE id = {30 + step}", "COMMIT")
+    run(pipeline, engine)
+    merged = [name for function, name in tasks if function == "merged_alone"]
+    assert sorted(merged) == sorted(TABLES * 6 + TABLES[:2] * 3)  # a pass a transaction
+    assert_exact(engine, pipeline, mariadb, database)
+    state = checkpoint(engine, pipeline)
+    for name in TABLES:
+        from deltalake import DeltaTable
+
+        assert state.table(name).applied == state.capture.offset
+        assert state.table(name).silver_version == DeltaTable(
+            silver_path(pipeline, name)).version()
+
+
 def test_a_workers_error_is_the_runs_own(mariadb, database, engine, tenants):
     pipeline, tasks = tenants
     from deltalake import write_deltalake
@@ -111,19 +154,23 @@ def test_a_window_that_needs_the_engine_is_merged_by_the_run(mariadb, database, 
     assert_exact(engine, pipeline, mariadb, database)
 
 
-@pytest.mark.parametrize("point", ["bronze.appended", "silver.merged", "silver.merged@2"])
+@pytest.mark.parametrize("point, passes", [
+    ("bronze.appended", False), ("silver.merged", False), ("silver.merged@2", False),
+    ("silver.merged@2", True), ("bronze.appended@4", True)])
 def test_a_crash_point_in_a_worker_kills_the_run_and_the_next_run_is_exact(
-        mariadb, database, engine, tenants, point):
+        mariadb, database, engine, request, point, passes):
     """`cdc-sql run` with workers for two or more tables, killed before any worker starts
     (bronze.appended), or where a worker has merged its first table (the other may have
-    merged one too) or its second (a point in a worker kills the run); no worker outlives the
-    run; the next run finishes the work exactly."""
-    pipeline, tasks = tenants
+    merged one too) or its second (a point in a worker kills the run); in passes (`passes`:
+    a transaction each), also where a pass captures while the workers merge the
+    last one's tables; no worker outlives the run; the next run finishes the work exactly."""
+    pipeline, tasks = request.getfixturevalue("tenants_in_passes" if passes else "tenants")
     for name in TABLES:
         mariadb.execute(f"UPDATE {database}.{name} SET v = 'killed', d = d * 7 WHERE id <= 2",
                         f"INSERT INTO {database}.{name} (id, v) VALUES (20, 'z')")
     process = subprocess.Popen(
-        [sys.executable, "-c", "import sys, cdc_sql.workers as w; w.MANY_TABLES = 2; "
+        [sys.executable, "-c", "import sys, cdc_sql.workers as w; "
+         f"w.MANY_TABLES, w.PASS_TABLES = {(1, 1) if passes else (2, workers.PASS_TABLES)}; "
          "from cdc_sql.cli import main; sys.exit(main(sys.argv[1:]))", "run", pipeline.file,
          "--until-caught-up"],
         env={**os.environ, "TEST_MYSQL_PASSWORD": "cdc-secret", "CDC_SQL_KILL_AT": point},

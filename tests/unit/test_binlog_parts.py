@@ -37,13 +37,19 @@ def test_rules(before_rows, own_rows, before_bytes, own_bytes):
         assert not landed  # a batch not full yet is never cut
 
 
-@given(st.integers(0, 10**9), st.integers(0, 10**9))
-def test_a_pass_ends_once_it_landed_its_bound_and_never_without_one(landed, bound):
-    """capture.ended: engine.window_bytes 0 never ends a pass early."""
-    from cdc_sql.capture import ended
+@given(st.integers(0, 10**9), st.integers(0, 10**5), st.integers(0, 10**9),
+       st.integers(0, 10**5))
+def test_a_pass_ends_once_it_landed_its_bound_and_never_without_one(landed, tables, size,
+                                                                   count):
+    """capture.ended: a pass ends at whichever of its bounds (bytes of row images, source
+    tables changed) it reaches first; a bound of 0 never ends it."""
+    from cdc_sql.capture import Bound, ended
 
-    assert ended(landed, bound) == (bound > 0 and landed >= bound)
-    assert not ended(landed, 0)
+    assert ended(landed, tables, Bound(size, count)) == \
+        (0 < size <= landed or 0 < count <= tables)
+    assert ended(landed, tables, Bound(size)) == (0 < size <= landed)
+    assert ended(landed, tables, Bound(tables=count)) == (0 < count <= tables)
+    assert not ended(landed, tables, Bound())
 
 
 @given(st.sets(st.tuples(st.sampled_from("ab"), st.sampled_from("tuv"))), st.booleans(),

@@ -22,6 +22,16 @@ def test_many_light_merges_go_to_a_worker_a_core_within_the_parallelism():
     assert count(MANY_TABLES, 1, 4) == 1 and count(MANY_TABLES, 4, 1) == 1
 
 
+@given(st.integers(0, 100_000))
+def test_capture_passes_end_at_a_number_of_tables_only_where_there_are_more(here):
+    """Where more than PASS_TABLES tables may merge here, a capture pass ends once it has
+    changed that many (a pass's merges, in workers, overlap the next pass's capture); never
+    fewer than a pass that gives its merges to workers."""
+    bound = workers.pass_tables(here)
+    assert bound == (workers.PASS_TABLES if here > workers.PASS_TABLES else 0)
+    assert bound == 0 or workers.count(bound, 2, 4) > 0
+
+
 @given(st.integers(0, 5000), st.integers(1, 8))
 def test_tasks_go_to_workers_in_chunks_of_every_task_once(items, count):
     """Every item once, in order, in chunks of at most CHUNK, and at least four chunks a
