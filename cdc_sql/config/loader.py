@@ -143,7 +143,8 @@ def read_document(file: str | Path, environ: dict[str, str] | None = None,
                           line=mark.line + 1 if mark else None) from None
     env = os.environ if environ is None else environ
     doc = Document(file, {}, {})
-    reader = _Values(doc, env, _allowed(env.get(ALLOWED_VARIABLES, "")), offline)
+    reader = _Values(doc, env, _allowed(env.get(ALLOWED_VARIABLES, "")), offline,
+                     text.count("\n") + 1)
     doc.values = reader.value(node, "") if node is not None else {}
     doc.interpolated = frozenset(reader.expanded)
     return doc
@@ -181,15 +182,20 @@ class _Values:
     env: Any
     allowed: list[str] | None
     offline: bool
+    last: int = 0  # the text's last line (libyaml marks an empty node ending the text past it)
     expanded: set[str] = field(default_factory=set)
+
+    def line(self, node: yaml.Node) -> int:
+        """The line (1-based) where `node` starts, at most the text's last."""
+        return min(node.start_mark.line + 1, self.last or node.start_mark.line + 1)
 
     def value(self, node: yaml.Node, path: str) -> Any:
         doc = self.doc
-        doc.lines[path] = node.start_mark.line + 1
+        doc.lines[path] = self.line(node)
         if isinstance(node, yaml.MappingNode):
             result: dict[str, Any] = {}
             for key_node, value_node in node.value:
-                line = key_node.start_mark.line + 1
+                line = self.line(key_node)
                 if not isinstance(key_node, yaml.ScalarNode):
                     raise ConfigError("a key must be plain text, not a list or mapping",
                                       doc.file, path or None, line)
@@ -204,7 +210,7 @@ class _Values:
             return [self.value(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
         value = self._scalar(node, path)
         if isinstance(value, str) and "${" in value:
-            return self._interpolate(value, path, node.start_mark.line + 1)
+            return self._interpolate(value, path, self.line(node))
         if not isinstance(value, str) and value is not None:
             doc.texts[path] = node.value  # what was written, should the key want text
         return value
@@ -218,7 +224,7 @@ class _Values:
             if node.tag == _SCALARS.resolve(yaml.ScalarNode, node.value, (True, False)):
                 return node.value
             raise ConfigError(f"`{node.value[:40]}` is not a valid !!{node.tag[len(_YAML):]}",
-                              self.doc.file, path, node.start_mark.line + 1) from None
+                              self.doc.file, path, self.line(node)) from None
 
     def _interpolate(self, text: str, path: str, line: int) -> str:
         doc = self.doc

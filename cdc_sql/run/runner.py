@@ -7,9 +7,11 @@
    (snapshot_phase.py);
 3. capture the binlog from where it stopped (first time: the lowest watermark) up to the source
    position seen at start, whole transactions per bronze commit (capture_phase.py, capture.py);
-   where windows go through the engine, a pass ends past `engine.window_bytes`;
+   where windows go through the engine, a pass ends past `engine.window_bytes`, and where
+   many small tables merge here, once it has changed `workers.PASS_TABLES` of them;
 4. merge each silver table's next window (merge_phase.py: planner.py, lake/silver/), then
-   record the applied offset; capture again while a pass ended before that position.
+   record the applied offset; capture again while a pass ended before that position (the
+   workers' merges of a pass go on while the next pass captures, recorded after it).
 Each phase is handed what it needs and returns what it found (the runner keeps nothing else);
 each commits before the next starts and every commit is replay-safe, so a run killed anywhere
 is finished by the next one (docs/architecture.md, "Crash points"). When the engine starts is
@@ -23,14 +25,14 @@ import logging
 import threading
 import time
 
-from cdc_sql import resnapshot
+from cdc_sql import resnapshot, workers
+from cdc_sql.capture import Bound
 from cdc_sql.config import layout
 from cdc_sql.config.model import Pipeline
 from cdc_sql.errors import CdcError, TargetError, out_of_space, redacted
 from cdc_sql.lake import bronze, tables
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan, cascade_warnings, silver_plans
-from cdc_sql.capture import Bound
 from cdc_sql.lake.state import (Checkpoint, MaintainEntry, OwnerEntry, RunEntry, State,
                                 check_owner)
 from cdc_sql.ops import maintain, metrics
@@ -42,7 +44,6 @@ from cdc_sql.source import failover, mysql
 from cdc_sql.source.offsets import Position
 from cdc_sql.source.preflight import SourceView, inspect_source, now
 from cdc_sql.source.watermarks import binary_log_status
-from cdc_sql import workers
 from cdc_sql.workers import Workers
 
 log = logging.getLogger("cdc_sql")

@@ -19,13 +19,15 @@ many       5 table count                                 10,000 tables          
 follow     commits flat through a long run: capture      4,000 batches           sail
            seconds per batch, N vs N/4 batches
 load       6 lag at the highest write rate               300 s of writing        sail, local
+sustain    6 the highest paced rate the follower keeps   60 s a step             sail, local
+           under 10 s of lag
 big        7 a 100M-row first load (slow: only named)    100M rows               sail
 s3         local vs s3:// targets (moto; only named)     250k, 1M rows           sail
 silver     silver step on the engine's SQL vs a bare     50k changes             sail, local
            MERGE INTO in the same session (issue 35)
 
-`--sizes` sets the rows or changes of every stage chosen but values, many, follow and load
-(rows of 1-14 MB, tables, batches, seconds of writing): `--size STAGE=N,M` sets any one
+`--sizes` sets the rows or changes of every stage chosen but values, many, follow, load and
+sustain (rows of 1-14 MB, tables, batches, seconds of writing): `--size STAGE=N,M` sets any one
 stage's.
 `--engines` runs every chosen stage on each engine given instead (sail: the embedded Sail;
 local: a JVM Spark with Delta; cluster: a Spark standalone master and two workers behind a
@@ -54,11 +56,13 @@ STAGES = {"snapshot": (snapshot.run, [2_000_000, 10_000_000], SAIL),
           "many": (snapshot.run_many, [10_000], SAIL),
           "follow": (follow.run, [4_000], SAIL),
           "load": (load.run, [300], BOTH),  # goal 6 names Sail and Spark + Delta
+          "sustain": (load.run_sustained, [60], BOTH),
           "big": (snapshot.run_big, [100_000_000], SAIL),
           "s3": (objstore.run, [250_000, 1_000_000], SAIL),
           "silver": (silver.run, [50_000], BOTH)}  # issue 35: Spark + Delta vs a bare MERGE
 ONLY_NAMED = {"big", "s3"}  # big: slow; s3: no goal of its own
-NOT_ROWS = {"values", "many", "load", "follow"}  # 1-14 MB rows, tables, seconds, batches
+NOT_ROWS = {"values", "many", "load", "sustain", "follow"}  # 1-14 MB rows, tables, seconds,
+# batches
 ENGINES = ("sail", "local", "cluster")
 SERVER_FLAGS = ["--innodb-buffer-pool-size=2G", "--max-allowed-packet=1G",
                 "--innodb-log-file-size=1G"]

@@ -12,9 +12,15 @@ was where the slowest silver table is now), then the time to catch up once the w
 The follower's peak is that of its process tree (the JVM's too).
 
 Both sides' CPU a row change is shown too (the server's and the writers' while they write
-alone; the follower's whole process tree, writing and catching up): on cores the two share,
-the lag stays bounded only where the follower spends less CPU a change than the source side,
-whatever the number of cores."""
+alone; the follower's whole process tree, writing and catching up): where the two compete
+for the same cores, the lag stays bounded only if the follower spends less CPU a change
+than the source side.
+
+`sustain` (`run_sustained`) finds instead the highest rate the follower keeps up with:
+the writers paced at a rate for N seconds (`--size sustain=N`) while the follower follows,
+the lag sampled as above; a rate is kept if the lag stayed under BOUND and the writers
+reached it. From an eighth of the writers' rate alone, the rate doubles while it is kept,
+then is halved towards the last kept one twice; between steps the follower catches up."""
 from __future__ import annotations
 
 import os
@@ -22,6 +28,7 @@ import resource
 import signal
 import threading
 import time
+from typing import Callable
 
 from cdc_sql.dev.mariadb import MariaDB
 from cdc_sql.source.offsets import Offset, file_sequence
@@ -60,8 +67,9 @@ class Writers:
     updates 200 rows of each of the two tables, deletes 2 parents (InnoDB cascades their
     children, without a binlog event) and inserts them back with their children."""
 
-    def __init__(self, db: MariaDB, names: dict[str, str]):
+    def __init__(self, db: MariaDB, names: dict[str, str], rate: float = 0.0):
         self.db, self.names = db, names
+        self.rate = rate / WRITERS  # row changes a second each (0: as fast as they can)
         self.halt, self.changes, self.lock = threading.Event(), 0, threading.Lock()
         self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True)
                         for w in range(WRITERS)]
@@ -78,7 +86,7 @@ class Writers:
 
     def _write(self, writer: int) -> None:
         rows_each, parents_each = ROWS // WRITERS, PARENTS // WRITERS
-        n = 0
+        n, mine, started = 0, 0, time.monotonic()
         with self.db.connect("bench", autocommit=False) as conn, conn.cursor() as cur:
             while not self.halt.is_set():
                 low = writer * rows_each + (n * 200) % (rows_each - 200) + 1
@@ -99,7 +107,9 @@ class Writers:
                 conn.commit()
                 with self.lock:
                     self.changes += done + 2 + len(children)
-                n += 1
+                n, mine = n + 1, mine + done + 2 + len(children)
+                if self.rate:  # paced: wait until this writer's changes are due
+                    self.halt.wait(max(0.0, started + mine / self.rate - time.monotonic()))
 
 
 def probe(db: MariaDB, names: dict[str, str], seconds: float) -> tuple[int, float]:
@@ -146,47 +156,80 @@ def slowest_applied(lake, tables: int) -> str:
     return min(latest.values()) if len(latest) == tables else ""
 
 
-def follow(db: MariaDB, names: dict[str, str], seconds: float) -> list:
+class Follower:
+    """`cdc-sql run` following a snapshotted pipeline in its default follow mode, its process
+    tree's peak and CPU; `sample` says how long ago the source stood where the slowest silver
+    table stands now."""
+
+    def __init__(self, db: MariaDB, home, pipeline, tables: int):
+        self.db, self.lake, self.tables = db, home / "lake", tables
+        self.log = open(home / "follower.log", "ab")
+        self.cpu_before = children_cpu()
+        self.process, self.peak_file = spawn("-m", "cdc_sql.cli", "run", str(pipeline),
+                                             stdout=self.log, stderr=self.log)
+        self.tree = TreePeak(self.process.pid)
+        self.tree.start()
+        self.seen: list[tuple[float, str]] = []  # (time, the source's offset then)
+        self.since = time.monotonic()
+
+    def sample(self, seconds: int = 5) -> float:
+        """After `seconds` (the source's offset noted each one), the lag in seconds."""
+        for _ in range(seconds):
+            time.sleep(1)
+            self.seen.append((time.monotonic(), source_offset(self.db)))
+        applied = slowest_applied(self.lake, self.tables)
+        before = [t for t, offset in self.seen if applied and offset <= applied]
+        return time.monotonic() - (before[-1] if before else self.since)
+
+    def catch_up(self, limit: float = 600) -> float:
+        """Seconds until every table applied where the source stands now, nothing written
+        meanwhile (`limit` at most)."""
+        target, stopped = source_offset(self.db), time.monotonic()
+        while slowest_applied(self.lake, self.tables) < target and \
+                time.monotonic() - stopped < limit:
+            time.sleep(0.5)
+        if slowest_applied(self.lake, self.tables) >= target:
+            self.seen.append((time.monotonic(), target))  # where the source still stands
+        return time.monotonic() - stopped
+
+    def stop(self) -> tuple[float, float]:
+        """The follower ended: its peak RSS (MB) and CPU seconds."""
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait()
+        cpu = children_cpu() - self.cpu_before
+        self.log.close()
+        return max(self.tree.stop(), own_peak_mb(self.peak_file)), cpu
+
+
+def snapshotted(db: MariaDB, names: dict[str, str]):
+    """The stage's pipeline, snapshotted (so a follower only captures and merges): its home
+    and file, or why it could not run."""
     home = workdir()
     pipeline = write_pipeline(db, pipeline_tables(names), home)
     try:
-        run_cli(pipeline)  # the snapshot, so the follower only captures and merges
+        run_cli(pipeline)
     except RuntimeError as exc:
         why = (str(exc).strip().splitlines() or ["?"])[-1][:120]
         print(f"  load, engine {engine_label()}: could not run: {why}", flush=True)
-        return [Goal("6 load: max lag", f"<= {BOUND:g} s",
-                     f"not measured: {why}", None)]
-    lake, tables = home / "lake", len(pipeline_tables(names))
-    log = open(home / "follower.log", "wb")
-    cpu_before = children_cpu()
-    follower, peak_file = spawn("-m", "cdc_sql.cli", "run", str(pipeline), stdout=log,
-                                stderr=log)
-    tree = TreePeak(follower.pid)
-    tree.start()
-    seen: list[tuple[float, str]] = []  # (time, the source's offset then)
-    lags = []
+        return home, None, why
+    return home, pipeline, ""
+
+
+def follow(db: MariaDB, names: dict[str, str], seconds: float) -> list:
+    home, pipeline, why = snapshotted(db, names)
+    if pipeline is None:
+        return [Goal("6 load: max lag", f"<= {BOUND:g} s", f"not measured: {why}", None)]
+    follower, lags = Follower(db, home, pipeline, len(pipeline_tables(names))), []
     started = time.monotonic()
     with Writers(db, names) as writers:
         while time.monotonic() - started < seconds:
-            for _ in range(5):
-                time.sleep(1)
-                seen.append((time.monotonic(), source_offset(db)))
-            applied = slowest_applied(lake, tables)
-            before = [t for t, offset in seen if applied and offset <= applied]
-            lag = time.monotonic() - (before[-1] if before else started)
+            lag = follower.sample()
             lags.append((time.monotonic() - started, lag))
             print(f"  load {engine_label()} t={lags[-1][0]:5.0f}s written={writers.changes:>10,} "
-                  f"lag={lag:5.1f} s", flush=True)
+                  f"lag={lags[-1][1]:5.1f} s", flush=True)
         written, writing = writers.changes, time.monotonic() - started
-    target, stopped = source_offset(db), time.monotonic()
-    while slowest_applied(lake, tables) < target and time.monotonic() - stopped < 600:
-        time.sleep(0.5)
-    catch_up = time.monotonic() - stopped
-    follower.send_signal(signal.SIGTERM)
-    follower.wait()
-    cpu = children_cpu() - cpu_before
-    log.close()
-    peak = max(tree.stop(), own_peak_mb(peak_file))
+    catch_up = follower.catch_up()
+    peak, cpu = follower.stop()
     max_lag = max(lag for _, lag in lags)
     late = [lag for t, lag in lags if t > seconds / 2]
     return [
@@ -200,6 +243,70 @@ def follow(db: MariaDB, names: dict[str, str], seconds: float) -> list:
         at_most(f"6 load: max lag at {written / writing:,.0f} changes/s",
                 max_lag, BOUND, " s"),
     ]
+
+
+def rates(alone: float, kept: Callable[[float], bool]) -> float:
+    """The highest rate `kept` (tried in order) says yes to: from alone / 8, doubling while
+    kept, then halving the step towards the last kept rate twice; 0 if the first is not."""
+    rate, best, failed = alone / 8, 0.0, None
+    while failed is None and rate <= alone:
+        if kept(rate):
+            best, rate = rate, rate * 2
+        else:
+            failed = rate
+    if failed is None:
+        return best
+    for _ in range(2):
+        middle = (best + failed) / 2
+        if kept(middle):
+            best = middle
+        else:
+            failed = middle
+    return best
+
+
+def sustained(db: MariaDB, names: dict[str, str], seconds: float) -> list:
+    """The highest paced rate the follower keeps under BOUND of lag (`rates`), from a
+    snapshot taken after the writers' rate alone was measured."""
+    written, cpu = probe(db, names, PROBE)
+    alone = written / PROBE
+    home, pipeline, why = snapshotted(db, names)
+    if pipeline is None:
+        return [Result(f"load: highest rate with lag under {BOUND:g} s: not measured: {why}",
+                       0, 0)]
+    follower, tried = Follower(db, home, pipeline, len(pipeline_tables(names))), []
+
+    def kept(rate: float) -> bool:
+        follower.catch_up()
+        started, lags = time.monotonic(), []
+        with Writers(db, names, rate) as writers:
+            while time.monotonic() - started < seconds:
+                lags.append(follower.sample())
+            reached = writers.changes / (time.monotonic() - started)
+        ok = max(lags) <= BOUND and reached >= 0.95 * rate
+        tried.append((rate, reached, max(lags), ok))
+        print(f"  sustain {engine_label()}: paced at {rate:,.0f}/s, written {reached:,.0f}/s, "
+              f"max lag {max(lags):.1f} s: {'kept' if ok else 'not kept'}", flush=True)
+        return ok
+
+    best = rates(alone, kept)
+    peak, follower_cpu = follower.stop()
+    return [Result(f"load: writers alone, as fast as they can ({PROBE} s)", written, PROBE),
+            Result(f"  the server's and the writers' CPU: {cpu / max(written, 1) * 1e6:.2f} "
+                   f"us a change", written, 0),
+            *(Result(f"  paced at {rate:,.0f}/s: written {reached:,.0f}/s, max lag {lag:.1f} s"
+                     f" ({'kept' if ok else 'not kept'})", 0, 0)
+              for rate, reached, lag, ok in tried),
+            Result(f"load: highest rate with lag under {BOUND:g} s ({seconds:g} s a step)",
+                   int(best * seconds), seconds, peak),
+            Result(f"  that is {best / alone:.2f}x the writers' rate alone; the follower's "
+                   f"CPU {follower_cpu:.1f} s", 0, 0),
+            Goal(f"6 load, paced: the highest rate kept under {BOUND:g} s of lag", "-",
+                 f"{best:,.0f}/s", None)]
+
+
+def run_sustained(db: MariaDB, seconds: int) -> list:
+    return sustained(db, create_tables(db), seconds)
 
 
 def run(db: MariaDB, seconds: int) -> list:

@@ -91,8 +91,8 @@ def test_workers_merge_light_tables_exactly(mariadb, database, engine, tenants):
 def test_a_pass_merged_by_workers_while_the_next_captures_is_exact(mariadb, database, engine,
                                                                     tenants_in_passes):
     """Capture in passes of a transaction each: each pass's light merges are left to
-    the workers while the next pass reads; idle tables advance with the last pass only. A
-    transaction over two tables lands whole in one pass."""
+    the workers while the next pass reads; idle tables advance by the end. A transaction
+    over two tables lands whole in one pass."""
     pipeline, tasks = tenants_in_passes
     for step in range(3):
         for name in TABLES:
@@ -114,6 +114,36 @@ def test_a_pass_merged_by_workers_while_the_next_captures_is_exact(mariadb, data
         assert state.table(name).applied == state.capture.offset
         assert state.table(name).silver_version == DeltaTable(
             silver_path(pipeline, name)).version()
+
+
+def test_a_run_failing_while_workers_merge_records_what_they_did_and_raises_its_error(
+        mariadb, database, engine, tenants_in_passes, monkeypatch):
+    """The second capture pass fails while the workers merge the first pass's table: the run
+    raises its own error, the first pass's merge is recorded, the next run is exact."""
+    pipeline, tasks = tenants_in_passes
+    from cdc_sql.errors import SourceError
+    from cdc_sql.run import capture_phase
+
+    for name in TABLES:
+        mariadb.execute(f"UPDATE {database}.{name} SET v = 'again' WHERE id = 1")
+    capture, calls = capture_phase.capture, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise SourceError("the source went away")
+        return capture(*args, **kwargs)
+
+    monkeypatch.setattr(capture_phase, "capture", failing)
+    with pytest.raises(SourceError, match="went away"):
+        run(pipeline, engine)
+    state = checkpoint(engine, pipeline)
+    first = TABLES[0]
+    assert ("merged_alone", first) in tasks
+    assert state.table(first).applied == state.capture.offset  # recorded after the failure
+    monkeypatch.setattr(capture_phase, "capture", capture)
+    run(pipeline, engine)
+    assert_exact(engine, pipeline, mariadb, database)
 
 
 def test_a_workers_error_is_the_runs_own(mariadb, database, engine, tenants):
