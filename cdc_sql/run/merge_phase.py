@@ -200,10 +200,10 @@ class MergePhase:
                 seen: Seen | None, check: bool = True) -> Window | None:
         """The table's next window (planner.py); None when it must wait (also while a
         re-snapshot of one of its source tables is asked for and not yet prepared: rows
-        changed without row events stay out of silver until it replaces them; and an idle
-        window before capture's last pass). `seen`: what capture saw, for an idle window
-        (None: never idle). `check`: silver checked untouched (else whoever merges the
-        window checks it)."""
+        changed without row events stay out of silver until it replaces them). `seen`: what
+        capture saw, for an idle window (None: never idle; before capture's last pass `merge`
+        hands over only tables that are not idle). `check`: silver checked untouched (else
+        whoever merges the window checks it)."""
         if any(t.qualified in resnapshot.requested(checkpoint) for t in plan.sources):
             return None
         entry = checkpoint.table(plan.spec.name)
@@ -211,12 +211,11 @@ class MergePhase:
         if entry is not None and check:
             check_untouched(self.run.lake, plan.spec, entry)
         splits = [s for t in plan.sources for s in checkpoint.splits(t.qualified)]
-        window = next_window(entry, splits, checkpoint.capture,
-                             snapshot_only=self.run.pipeline.source.startup == "snapshot-only",
-                             history=plan.spec.history,
-                             idle=seen is not None and entry is not None and
-                             self._idle(plan, entry.applied, seen))
-        return None if window is not None and window.idle and not seen.last else window
+        return next_window(entry, splits, checkpoint.capture,
+                           snapshot_only=self.run.pipeline.source.startup == "snapshot-only",
+                           history=plan.spec.history,
+                           idle=seen is not None and entry is not None and
+                           self._idle(plan, entry.applied, seen))
 
     def _send(self, plans: list[SilverPlan], checkpoint: Checkpoint,
               statements: list[Statement], seen: Seen, batches: list[Batch],
