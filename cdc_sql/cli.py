@@ -274,7 +274,7 @@ def _plan(args) -> int:
                 print(f"-- foreign key `{fk.name}` ({fk.rules()} from {fk.parent}): the rows "
                       f"its cascades change join a batch's images")
             first = Window("", ":upto", {t.qualified: () for t in plan.sources}, first=True)
-            later = Window(":after", ":upto")
+            later = Window(":after", ":upto", history_untouched=True)
             cascaded = bool(plan.cascades)
             print("-- the first batch (the snapshot rows and the changes up to :upto):")
             print(describe(batch_steps(lake, plan, first, Facts(), cascaded)))

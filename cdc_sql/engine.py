@@ -110,9 +110,13 @@ class Engine:
             return reader.load(str(path))
         return reader.option("versionAsOf", int(version)).load(str(path))
 
-    def append(self, df, path: str, properties: dict | None = None) -> None:
-        """Append rows; `properties` are set on the table if this write creates it."""
+    def append(self, df, path: str, properties: dict | None = None,
+               partitions: list[str] = ()) -> None:
+        """Append rows; `properties` are set on the table if this write creates it, and it is
+        partitioned by `partitions`."""
         writer = df.write.format("delta").mode("append")
+        if partitions:
+            writer = writer.partitionBy(*partitions)
         for key, value in (properties or {}).items():
             writer = writer.option(key, value)
         writer.save(str(path))
@@ -172,8 +176,9 @@ class DeltaSparkEngine(Engine):
         nothing does). So the values go in as SQL literals of their own types (sql.inline)."""
         return self.spark.sql(inline(text, args) if args else text)
 
-    def append(self, df, path: str, properties: dict | None = None) -> None:
-        super().append(df, path, {**_column_mapping(df), **(properties or {})})
+    def append(self, df, path: str, properties: dict | None = None,
+               partitions: list[str] = ()) -> None:
+        super().append(df, path, {**_column_mapping(df), **(properties or {})}, partitions)
 
     def stage(self, df, path: str) -> None:
         df.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
@@ -237,7 +242,8 @@ def _sail_version(spark, path: str, version: int):
     fails to time-travel to a version older than the table's last checkpoint unless a checkpoint
     sits at it or just before it ("Missing commit file: expected version 0, found N"; Sail writes
     a checkpoint every 10 commits). Sail writes no deletion vectors, column mapping or partitions
-    into cdc-sql's tables, so those files, read with that version's schema, are the version."""
+    into silver (history, partitioned, is never read at a version), so those files, read with
+    that version's schema, are the version."""
     import json
 
     from deltalake import DeltaTable

@@ -34,6 +34,10 @@ class Window:
     idle: bool = False            # nothing to merge: only P moves to U
     replace: bool = False         # a re-snapshot: silver is replaced, in one commit
     replaced: bool = False        # ... which a killed run did already: merged again instead
+    # History has no commit of ours since state recorded it (no attempt of this window reached
+    # it): its MERGE matches current versions only. Else every version (a replay's versions
+    # may have been closed already).
+    history_untouched: bool = False
     # Range re-reads merged with the window: (source table, predicate, watermark, read at)
     # each; silver removes its rows matching one that the read did not return, at its watermark
     # and with its time (UTC, ISO 8601; "" in state written before it was kept)

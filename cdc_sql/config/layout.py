@@ -13,6 +13,7 @@ from __future__ import annotations
 from cdc_sql.errors import ConfigError
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+CURRENT = "_cdc_current"  # history's column marking the current version of each key
 
 # Delta properties known to change only retention, file sizes, checkpoints or statistics.
 SAFE_DELTA = frozenset({
@@ -83,6 +84,13 @@ def liquid_columns(spec, clusters_liquid: bool) -> list[str]:
     liquid clustering (`Engine.clusters_liquid`: Spark with Delta Lake); [] otherwise, and
     cdc-sql clusters them itself (cluster_columns)."""
     return list(spec.cluster_by) if clusters_liquid else []
+
+
+def history_partitions(spec, clusters_liquid: bool) -> list[str]:
+    """The columns a new history table is partitioned by: `_cdc_current`, so a window's MERGE
+    reads only the current versions (docs/performance.md, "History that costs what a window
+    changes"); none where Delta liquid-clusters it (Delta clusters no partitioned table)."""
+    return [] if liquid_columns(spec, clusters_liquid) else [CURRENT]
 
 
 def cluster_by_change(spec, clusters_liquid: bool,

@@ -211,9 +211,11 @@ class DeltaRsWrites:
                         commit_properties=_marked())
 
     @_commits
-    def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
+    def reshape(self, path: str, widen: dict, add: list[tuple],
+                partitions: list[str] | None = None) -> None:
         """Rewrite the table in one commit, streaming: columns in `widen` (name -> Spark type)
-        cast to it, and columns in `add` ((name, Spark type, column to copy or None)) added."""
+        cast to it, and columns in `add` ((name, Spark type, column to copy or None)) added;
+        partitioned by `partitions` (None: as it was)."""
         from deltalake import DeltaTable, write_deltalake
         from pyspark.sql.pandas.types import to_arrow_type
 
@@ -236,6 +238,8 @@ class DeltaRsWrites:
 
         write_deltalake(str(path), pa.RecordBatchReader.from_batches(schema, batches()),
                         mode="overwrite", schema_mode="overwrite", commit_properties=_marked(),
+                        partition_by=list(table.metadata().partition_columns
+                                          if partitions is None else partitions),
                         writer_properties=writer_properties())
 
     @staticmethod
@@ -292,6 +296,11 @@ class DeltaRsWrites:
         DeltaTable(str(path)).optimize.z_order(  # sorts spill to disk past 512 MB
             columns, target_size=tables.TARGET_FILE_BYTES, max_spill_size=512 * 2**20,
             writer_properties=writer_properties())
+
+    def partitions(self, path: str) -> list[str]:
+        """The columns the table is partitioned by."""
+        with self._table(path) as table:
+            return list(table.metadata().partition_columns)
 
     def clustering(self, path: str) -> list[str]:
         """[] for a table without Delta's clustering feature (every table delta-rs writes, or

@@ -158,7 +158,7 @@ class ReadsHere:
     read delta-rs fails is asked of it."""
 
     READS = ("exists", "version", "history", "schema", "properties", "read_arrow",
-             "clustering")
+             "clustering", "partitions")
 
     def __init__(self, engine):
         self._spark, self._here = SparkTables(engine), DeltaRsTables()

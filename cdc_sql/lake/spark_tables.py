@@ -101,7 +101,8 @@ class SparkTables:
         else:
             self.reshape(path, {}, [(f.name, f.dataType, None) for f in fields])
 
-    def reshape(self, path: str, widen: dict, add: list[tuple]) -> None:
+    def reshape(self, path: str, widen: dict, add: list[tuple],
+                partitions: list[str] | None = None) -> None:
         from pyspark.sql import functions as F
 
         table = self.engine.read(path)
@@ -110,6 +111,7 @@ class SparkTables:
                      *((F.col(source) if source else F.lit(None)).cast(t).alias(name)
                        for name, t, source in add)) \
             .write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .partitionBy(*(self.partitions(path) or () if partitions is None else partitions)) \
             .option("userMetadata", EVOLVE_MARK).save(str(path))
 
     def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None:
@@ -211,6 +213,13 @@ class SparkTables:
     def clustering(self, path: str) -> list[str]:
         """The columns Delta liquid-clusters the table by ([] for none)."""
         return list(self._detail(path, "clusteringColumns")[0] or ())
+
+    def partitions(self, path: str) -> list[str] | None:
+        """The columns the table is partitioned by; None where the engine cannot tell (Sail
+        has no DESCRIBE DETAIL)."""
+        if not self.engine.describes_history:
+            return None
+        return list(self._detail(path, "partitionColumns")[0] or ())
 
     def alter_clustering(self, path: str, columns: tuple[str, ...]) -> None:
         """ALTER TABLE CLUSTER BY `columns` (NONE for none): Delta 4 turns liquid clustering

@@ -84,7 +84,8 @@ def merged_alone(lake: Lake, plan: SilverPlan, entry: TableEntry | None, window:
         check_untouched(lake, plan.spec, entry)
     if lay:
         lay_out(lake, plan)
-    merge_window(lake, plan, window, statements, silver_version)
+    merge_window(lake, plan, window, statements, silver_version,
+                 history_version=entry.history_version if entry is not None else None)
     return owned_versions(lake, plan.spec), round(time.monotonic() - started, 3)
 
 
@@ -271,7 +272,8 @@ class MergePhase:
             self.laid_out.add(plan.spec.name)
         if not window.idle:
             moves = merge_window(lake, plan, window, statements,
-                                 entry.silver_version if entry is not None else None, cascading)
+                                 entry.silver_version if entry is not None else None, cascading,
+                                 entry.history_version if entry is not None else None)
         return self._entry(plan, checkpoint, window, owned_versions(lake, plan.spec),
                            round(time.monotonic() - started, 3), batches), moves
 

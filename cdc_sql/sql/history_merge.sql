@@ -1,8 +1,9 @@
 -- Versions are keyed by (key, valid_from), so a replayed batch inserts nothing twice; a version
--- only ever gains its end (valid_to), never loses it.
+-- only ever gains its end (valid_to), never loses it. A batch no attempt of which reached
+-- history matches current versions only (`current`: history is partitioned by them).
 MERGE INTO {{ history }} AS t
 USING {{ versions }} AS s
-ON {{ key_match }} AND t._cdc_valid_from = s._cdc_valid_from
+ON {{ key_match }} AND t._cdc_valid_from = s._cdc_valid_from{{ current }}
 WHEN MATCHED AND s._cdc_valid_to IS NOT NULL AND t._cdc_current THEN UPDATE SET
   t._cdc_valid_to = s._cdc_valid_to,
   t._cdc_valid_to_ts = s._cdc_valid_to_ts,

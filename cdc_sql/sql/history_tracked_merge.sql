@@ -1,10 +1,11 @@
 -- Versions are keyed by (key, valid_from), so a replayed batch inserts nothing twice; a version
 -- only ever gains its end (valid_to), never loses it, and takes a change's values in place only
 -- from a later change than the one it holds (`_cdc_offset`; NULL: history kept before columns
--- were chosen).
+-- were chosen). A batch no attempt of which reached history matches current versions only
+-- (`current`: history is partitioned by them).
 MERGE INTO {{ history }} AS t
 USING {{ versions }} AS s
-ON {{ key_match }} AND t._cdc_valid_from = s._cdc_valid_from
+ON {{ key_match }} AND t._cdc_valid_from = s._cdc_valid_from{{ current }}
 WHEN MATCHED AND s._cdc_offset > COALESCE(t._cdc_offset, '') THEN UPDATE SET
   {{ assignments }},
   t._cdc_offset = s._cdc_offset,

@@ -5,7 +5,7 @@
 -- Each run is one version: from its first change, holding the values of its last one
 -- (`_cdc_offset`, `_cdc_ts`), as if the changes were applied one by one. The version before the
 -- window is found by its span, not by being current, so a replay after history moved on cuts
--- the same runs.
+-- the same runs; where no attempt of the batch reached history it is a current one (`current`).
 WITH firsts AS (
   SELECT {{ key }}, MIN(_cdc_offset) AS _cdc_first FROM {{ candidates }} GROUP BY {{ key }}
 ), changes AS (
@@ -22,7 +22,7 @@ WITH firsts AS (
     COALESCE(h._cdc_offset, h._cdc_valid_from), h._cdc_ts, TRUE
   FROM {{ history }} AS h
   JOIN firsts AS f ON {{ key_match }}
-  WHERE h._cdc_valid_from < f._cdc_first AND (h._cdc_valid_to IS NULL OR h._cdc_valid_to >= f._cdc_first)
+  WHERE {{ current }}h._cdc_valid_from < f._cdc_first AND (h._cdc_valid_to IS NULL OR h._cdc_valid_to >= f._cdc_first)
 ), starts AS (
   SELECT
     *,

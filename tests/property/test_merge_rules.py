@@ -216,9 +216,11 @@ def check_batches(lake, data, history, projection="SELECT id, v FROM t", chosen=
     def expected_history(u):
         return versions(initial, txns, marks, reads, bounds, u, kept, same)
 
+    recorded = [None]  # history's version as state records it after each window
+
     def merge(plan, applied, u):
-        if applied:
-            merge_window(lake, plan, Window(applied, boundary(u)))
+        if applied:  # an attempt that reached history makes the next one match every version
+            merge_window(lake, plan, Window(applied, boundary(u)), history_version=recorded[0])
         else:  # the first batch: history starts past every read
             merge_window(lake, plan, Window("", boundary(u), done, first=True,
                                             history_start=history_start))
@@ -241,6 +243,7 @@ def check_batches(lake, data, history, projection="SELECT id, v FROM t", chosen=
             assert_history(lake, expected_history(u))
             break
         applied = boundary(u)
+        recorded[0] = lake.tables.version(lake.history_path("t"))
         assert_silver(lake, expected_silver(u))
         assert_history(lake, expected_history(u))
 
@@ -526,3 +529,72 @@ def test_a_range_reread_repairs_its_range_whatever_silver_held_there(engine, new
     flagged = silver.where(f"_cdc_deleted AND _cdc_offset = '{at}'").select("_cdc_ts") \
         .collect() if soft else []
     assert {r[0] for r in ended + flagged} <= {READ_AT.replace(tzinfo=None)}, ended + flagged
+
+
+
+def history_of_two_updates(new_lake):
+    """A lake whose table (history on) has had its first window, and whose bronze holds two
+    updates of key 1 past it (s1, then b, then c); the plan."""
+    lake = new_lake()
+    bronze.ensure_snapshot_table(lake, TABLE)
+    bronze.write_splits(lake, TABLE, [split_rows([1, 2], ["s1", "s2"])], "a1", boundary(-1), TS)
+    bronze.ensure_statements_table(lake)
+    land_changes(lake, binlog_rows([[("u", 1, 1, "b")], [("u", 1, 1, "c")]], -1))
+    plan = plan_silver(Table(name="t", source="db.t", history=True), [TABLE], "prop.yaml", 0)
+    merge_window(lake, plan, Window("", boundary(-1), {"db.t": (SplitRef(0, "a1", boundary(-1)),)},
+                                    first=True, history_start=boundary(-1)))
+    return lake, plan
+
+
+TWO_UPDATES = [(1, "s1", boundary(-1), offset(0, 0)), (1, "b", offset(0, 0), offset(1, 0)),
+               (1, "c", offset(1, 0), None), (2, "s2", boundary(-1), None)]
+
+
+def test_history_matches_its_current_versions_unless_an_attempt_reached_it(engine, new_lake):
+    """History is partitioned by `_cdc_current`. A window no attempt of which reached history
+    (nothing but maintenance since the version state recorded) matches its current versions
+    only; a replay matches every version, so a version a later change of the same window
+    closed is there once however often the window runs."""
+    from deltalake import DeltaTable
+
+    lake, plan = history_of_two_updates(new_lake)
+    history = lake.history_path("t")
+    assert DeltaTable(history).metadata().partition_columns == ["_cdc_current"]
+    recorded = lake.tables.version(history)
+    lake.tables.compact_and_vacuum(history, 0)  # maintenance leaves it untouched
+    for _ in range(3):  # replayed: killed before its state commit
+        merge_window(lake, plan, Window(boundary(-1), boundary(1)), history_version=recorded)
+    merges = [str(c["operationParameters"]) for c in DeltaTable(history).history()
+              if c["operation"] == "MERGE"]
+    assert len(merges) == 1 and "_cdc_current" in merges[0]  # the replays change nothing
+    assert_history(lake, TWO_UPDATES)
+
+
+@pytest.mark.parametrize("feed", [False, True])
+def test_history_written_unpartitioned_is_partitioned_once(engine, new_lake, feed):
+    """A history table an earlier cdc-sql wrote unpartitioned gets its partition at the next
+    run's layout, in one commit the hand-change check lets pass, its versions unchanged, and
+    windows merge on exactly; with a change data feed (where the rewrite would show as every
+    version deleted and inserted) it stays as it is."""
+    from deltalake import DeltaTable
+
+    from cdc_sql.lake.silver.merge import lay_out, partition_history
+    from cdc_sql.lake.silver.ownership import check_untouched
+    from cdc_sql.lake.state import TableEntry
+
+    lake, plan = history_of_two_updates(new_lake)
+    merge_window(lake, plan, Window(boundary(-1), boundary(0)))
+    history = lake.history_path("t")
+    lake.tables.reshape(history, {}, [], partitions=[])  # as an earlier cdc-sql wrote it
+    recorded = lake.tables.version(history)
+    before = engine.read(history).orderBy("id", "_cdc_valid_from").collect()
+    if feed:  # the rule alone (Sail writes no change data feed)
+        partition_history(lake, plan_silver(Table(name="t", source="db.t", history=True,
+                                                  change_data_feed=True), [TABLE], "p.yaml", 0))
+    else:
+        lay_out(lake, plan)
+    assert DeltaTable(history).metadata().partition_columns == ([] if feed else ["_cdc_current"])
+    assert engine.read(history).orderBy("id", "_cdc_valid_from").collect() == before
+    check_untouched(lake, plan.spec, TableEntry(table="t", history_version=recorded))
+    merge_window(lake, plan, Window(boundary(0), boundary(1)), history_version=recorded)
+    assert_history(lake, TWO_UPDATES)

@@ -146,6 +146,10 @@ def test_cluster_by_is_liquid_only_where_the_engine_clusters_liquid():
     assert layout.liquid_columns(spec, True) == ["amount"]
     assert layout.liquid_columns(spec, False) == []  # Sail: cdc-sql's own Z-order
     assert layout.liquid_columns(_orders_plan(()).spec, True) == []  # the key: Z-ordered
+    # history is partitioned by its current versions, but where Delta liquid-clusters it
+    assert layout.history_partitions(spec, True) == []
+    assert layout.history_partitions(spec, False) == ["_cdc_current"]
+    assert layout.history_partitions(_orders_plan(()).spec, True) == ["_cdc_current"]
 
 
 @pytest.mark.parametrize("cluster_by, current, liquid, change", [

@@ -79,6 +79,14 @@ SCENARIOS = {
     "history_on_chosen_columns": (
         Table(name="orders", source="shop.orders", history=History(track=["status"])),
         [ORDERS], Window("000002:000000000100:000000", "000003:000000000200:000000")),
+    "history_on_chosen_columns_untouched": (  # no attempt reached history: current versions
+        Table(name="orders", source="shop.orders", history=History(track=["status"])),
+        [ORDERS], Window("000002:000000000100:000000", "000003:000000000200:000000",
+                         history_untouched=True)),
+    "later_batch_with_history_untouched": (
+        Table(name="orders", source="shop.orders", history=True), [ORDERS],
+        Window("000002:000000000100:000000", "000003:000000000200:000000",
+               history_untouched=True)),
     "history_on_chosen_columns_resnapshot": (
         Table(name="orders", source="shop.orders", history=History(except_=["amount"])),
         [ORDERS], Window("000002:000000000100:000000", "000003:000000000200:000000",

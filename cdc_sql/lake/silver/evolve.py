@@ -10,24 +10,27 @@ from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.tables import stats_properties
 
 
-def create(lake: Lake, path: str, rows, properties: dict | None = None) -> None:
+def create(lake: Lake, path: str, rows, properties: dict | None = None,
+           partitions: list[str] = ()) -> None:
     """A silver or history table created with its first rows, in one commit (a run killed
     after it finds the table complete), its statistics leaving out decimals wider than 64 bits
     (tables.stats_properties; docs/engines.md), with the pipeline's `properties`
-    (config/layout.py) in that commit: a change data feed then starts at version 0."""
+    (config/layout.py) in that commit: a change data feed then starts at version 0.
+    `partitions`: the columns it is partitioned by (history: layout.history_partitions)."""
     properties = properties or {}
     if layout.CHANGE_DATA_FEED in properties and not lake.engine.writes_change_data_feed:
         raise CdcError(layout.SAIL_CANNOT_WRITE_CDF)  # a remote Sail: known once it answers
-    lake.engine.append(rows, path, {**stats_properties(rows.schema), **properties})
+    lake.engine.append(rows, path, {**stats_properties(rows.schema), **properties}, partitions)
 
 
 def start_history(lake: Lake, plan: SilverPlan) -> None:
     """A history table starts from silver as it stands: after the first batch's snapshot, or
-    when a pipeline turns history on later."""
+    when a pipeline turns history on later; partitioned by its current versions."""
     path = lake.history_path(plan.spec.name)
     if not lake.tables.exists(path):
         create(lake, path, _history_seed(lake.engine.read(lake.silver_path(plan.spec.name)), plan),
-               layout.properties(plan.spec))
+               layout.properties(plan.spec),
+               layout.history_partitions(plan.spec, lake.clusters_liquid))
 
 
 def _history_seed(silver, plan: SilverPlan):

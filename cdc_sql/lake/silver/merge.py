@@ -17,7 +17,7 @@ from cdc_sql.lake.silver.cascade_rows import cascade_rows
 from cdc_sql.lake.silver.evolve import start_history
 from cdc_sql.lake.silver.execute import run_batch
 from cdc_sql.lake.silver.facts import Statement, read_facts, read_statements
-from cdc_sql.lake.silver.ownership import owned_tables
+from cdc_sql.lake.silver.ownership import owned_tables, rows_untouched
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.route import clusters, route
 from cdc_sql.lake.tables import RESNAPSHOT_MARK
@@ -28,10 +28,12 @@ log = logging.getLogger("cdc_sql")
 
 def merge_window(lake: Lake, plan: SilverPlan, window: Window,
                  statements: list[Statement] | None = None, silver_version: int | None = None,
-                 cascading: list[cascades.ParentChange] = ()) -> list[cascades.ParentChange]:
+                 cascading: list[cascades.ParentChange] = (),
+                 history_version: int | None = None) -> list[cascades.ParentChange]:
     """The first batch (silver created from the snapshot rows; with history, history begins
-    once silver is past every split's read) or an ordinary one. `silver_version`: silver's
-    version state recorded with the window's start (where cascades start from); `cascading`:
+    once silver is past every split's read) or an ordinary one. `silver_version`,
+    `history_version`: the versions state recorded with the window's start (where cascades
+    start from; whether an attempt of the window reached history); `cascading`:
     keys of parents that cascades deleted or changed in the window. Returns this table's own
     such keys (for the tables it cascades into). A window that wrote a whole snapshot leaves
     silver (and history) with one key range per file (route.Route.cluster)."""
@@ -40,6 +42,9 @@ def merge_window(lake: Lake, plan: SilverPlan, window: Window,
     if window.replace and plan.spec.change_data_feed and \
             replaced_already(lake, plan, silver_version):
         window = replace(window, replaced=True)
+    if plan.spec.history and not (window.first or window.replace) and \
+            rows_untouched(lake, lake.history_path(plan.spec.name), history_version):
+        window = replace(window, history_untouched=True)
     if not window.first or not plan.spec.history:
         _batches(lake, plan, window, statements, cascaded)
     else:
@@ -141,6 +146,31 @@ def lay_out(lake: Lake, plan: SilverPlan) -> None:
             log.info("silver %s: %s given %s", plan.spec.name, path, missing)
         if liquid:
             cluster_liquid(lake, plan, path, optimize=False)
+    if plan.spec.history:
+        partition_history(lake, plan)
+
+
+def partition_history(lake: Lake, plan: SilverPlan) -> None:
+    """A history table written before cdc-sql partitioned history rewritten partitioned by
+    `_cdc_current` (layout.history_partitions), once, in one commit of cdc-sql's own: then a
+    window's MERGE reads its current versions only. Not with a change data feed (the rewrite
+    would show in it as every version deleted and inserted again), nor where Delta clusters
+    the table, nor where the engine cannot say how a table is partitioned (a Sail server whose
+    lake this process does not reach). A table the rewrite fails on stays as it is: its
+    MERGEs are right either way."""
+    path, wanted = lake.history_path(plan.spec.name), layout.history_partitions(
+        plan.spec, lake.clusters_liquid)
+    if not wanted or plan.spec.change_data_feed or not lake.tables.exists(path) or \
+            lake.tables.partitions(path) != [] or \
+            (lake.clusters_liquid and lake.tables.clustering(path)):
+        return
+    try:
+        lake.tables.reshape(path, {}, [], partitions=wanted)
+    except Exception as exc:  # noqa: BLE001 - faster MERGEs lost, nothing else: said, not raised
+        log.info("silver %s: %s stays unpartitioned (%s)", plan.spec.name, path,
+                 str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return
+    log.info("silver %s: %s partitioned by %s", plan.spec.name, path, ", ".join(wanted))
 
 
 def cluster_liquid(lake: Lake, plan: SilverPlan, path: str, optimize: bool) -> None:
@@ -148,7 +178,12 @@ def cluster_liquid(lake: Lake, plan: SilverPlan, path: str, optimize: bool) -> N
     CLUSTER BY the columns, or NONE once the pipeline names none), its files clustered again
     by new columns in one OPTIMIZE FULL; `optimize` (after a snapshot): OPTIMIZE either way.
     Only the engine writes these commits (delta-rs cannot write the clustering feature): a
-    table that did not have it gets its later windows through the engine (route.liquid)."""
+    table that did not have it gets its later windows through the engine (route.liquid). A
+    history table created partitioned (layout.history_partitions) stays so."""
+    if lake.tables.partitions(path):  # history, partitioned before `cluster_by` was named
+        log.info("silver %s: %s stays partitioned by %s, not liquid-clustered (Delta clusters "
+                 "no partitioned table)", plan.spec.name, path, layout.CURRENT)
+        return
     change = layout.cluster_by_change(plan.spec, lake.clusters_liquid,
                                       lake.tables.clustering(path))
     if change:

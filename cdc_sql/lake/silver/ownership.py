@@ -6,12 +6,15 @@ from cdc_sql.errors import StateError
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.tables import EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK
 
-# Commits after our recorded version that need no one's attention: compaction, vacuum, table
-# properties and the columns Delta clusters by (same content: e.g. deletion vectors or column
-# mapping turned on, ALTER TABLE CLUSTER BY), and our own schema changes and MERGEs (a run
-# that died before its state commit; replaying a window is harmless, however often it happened).
-CONTENT_PRESERVING = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES",
-                      "UPGRADE PROTOCOL", "CLUSTER BY", EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK)
+# Commits that leave a table's rows as they were: compaction, vacuum, table properties and the
+# columns Delta clusters by (e.g. deletion vectors or column mapping turned on, ALTER TABLE
+# CLUSTER BY).
+MAINTENANCE = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES",
+               "UPGRADE PROTOCOL", "CLUSTER BY")
+# Commits after our recorded version that need no one's attention: maintenance, and our own
+# schema changes and MERGEs (a run that died before its state commit; replaying a window is
+# harmless, however often it happened).
+CONTENT_PRESERVING = (*MAINTENANCE, EVOLVE_MARK, OWN_MERGE, RESNAPSHOT_MARK)
 
 
 def owned_tables(lake: Lake, spec: Table) -> dict[str, str]:
@@ -26,6 +29,15 @@ def owned_versions(lake: Lake, spec: Table) -> dict[str, int | None]:
     """Our last version of each table, for state: what check_untouched compares against."""
     return {key: lake.tables.version(path) if lake.tables.exists(path) else None
             for key, path in owned_tables(lake, spec).items()}
+
+
+def rows_untouched(lake: Lake, path: str, recorded: int | None) -> bool:
+    """Whether a table's rows are those of the version state recorded with the window's
+    start: every commit since is maintenance. False when none is recorded or the log says
+    nothing (a run killed after a MERGE, before its state commit, left its rows there)."""
+    commits = lake.tables.history(path, recorded) \
+        if recorded is not None and lake.tables.exists(path) else None
+    return commits is not None and all(op in MAINTENANCE for _, op, _ in commits)
 
 
 def check_untouched(lake: Lake, spec: Table, entry) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from cdc_sql.config.layout import CURRENT
 from cdc_sql.lake import semantics
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.plan import SilverPlan
@@ -114,9 +115,12 @@ def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
     )
 
 
-def history_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) -> str:
+def history_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str,
+                         current_only: bool = False) -> str:
+    """A batch's history versions; `current_only`: no attempt of the batch reached history
+    (Window.history_untouched), so the version before it is a current one."""
     if plan.tracked is not None:
-        return _tracked_versions_sql(lake, plan, candidates_view)
+        return _tracked_versions_sql(lake, plan, candidates_view, current_only)
     return render(
         "history_versions",
         key=", ".join(quote(k) for k in plan.key),
@@ -128,7 +132,8 @@ def history_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) -> 
     )
 
 
-def _tracked_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) -> str:
+def _tracked_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str,
+                         current_only: bool) -> str:
     """History with chosen columns (history_tracked_versions.sql): a change opens a version
     when a tracked column differs from the key's change before it."""
     key = ", ".join(quote(k) for k in plan.key)
@@ -143,6 +148,7 @@ def _tracked_versions_sql(lake: Lake, plan: SilverPlan, candidates_view: str) ->
         history=table_ref(lake.history_path(plan.spec.name)),
         key_match=key_match(plan, "h", "f"),
         run_match=key_match(plan, "l", "b"),
+        current=f"h.{quote(CURRENT)} AND " if current_only else "",
         same=" AND ".join(f"{quote(c)} <=> LAG({quote(c)}) {order}" for c in plan.tracked)
         or "TRUE",
     )
@@ -170,9 +176,10 @@ def _same(columns) -> str:
 
 
 def history_merge_sql(lake: Lake, plan: SilverPlan, versions_view: str,
-                      dropped: tuple[str, ...] = ()) -> str:
+                      dropped: tuple[str, ...] = (), current_only: bool = False) -> str:
     """`dropped` (chosen columns only): history columns the source no longer has; a version
-    updated in place sets them NULL, as silver's row."""
+    updated in place sets them NULL, as silver's row. `current_only`: the MERGE matches
+    current versions only (Window.history_untouched), the partition history keeps them in."""
     columns = [quote(c) for c in plan.history_columns]
     tracked = {} if plan.tracked is None else {"assignments": ", ".join(
         [*(f"t.{quote(c)} = s.{quote(c)}" for c in plan.row_columns if c not in plan.key),
@@ -184,6 +191,7 @@ def history_merge_sql(lake: Lake, plan: SilverPlan, versions_view: str,
         key_match=key_match(plan, "t", "s"),
         columns=", ".join(columns),
         values=", ".join(f"s.{c}" for c in columns),
+        current=f" AND t.{quote(CURRENT)}" if current_only else "",
         **tracked,
     )
 

@@ -131,10 +131,12 @@ def batch_steps(lake: Lake, plan: SilverPlan, window: Window, facts: Facts,
     if plan.spec.history:
         steps.append(Step(title=f"cdc_versions_{name}: the history versions, staged in "
                                 f"{lake.staging_path(name + '_history')}",
-                          sql=history_versions_sql(lake, plan, candidates), kind=StepKind.STAGE,
+                          sql=history_versions_sql(lake, plan, candidates,
+                                                   window.history_untouched),
+                          kind=StepKind.STAGE,
                           name=lake.staging_path(f"{name}_history"), view=f"cdc_versions_{name}",
                           crash_point="history.staged"))
-        steps.append(_history_merge(lake, plan, facts.dropped(plan)))
+        steps.append(_history_merge(lake, plan, facts.dropped(plan), window.history_untouched))
     return steps
 
 
@@ -189,9 +191,12 @@ def replace_steps(lake: Lake, plan: SilverPlan, window: Window, changes_view: st
     return steps
 
 
-def _history_merge(lake: Lake, plan: SilverPlan, dropped: tuple[str, ...] = ()) -> Step:
-    return Step(title="the MERGE into history",
-                sql=history_merge_sql(lake, plan, f"cdc_versions_{plan.spec.name}", dropped),
+def _history_merge(lake: Lake, plan: SilverPlan, dropped: tuple[str, ...] = (),
+                   current_only: bool = False) -> Step:
+    return Step(title="the MERGE into history" + (" (its current versions)" if current_only
+                                                  else ""),
+                sql=history_merge_sql(lake, plan, f"cdc_versions_{plan.spec.name}", dropped,
+                                      current_only),
                 kind=StepKind.HISTORY_MERGE, crash_point="history.merged")
 
 

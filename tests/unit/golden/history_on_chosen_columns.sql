@@ -83,7 +83,7 @@ WHEN NOT MATCHED AND NOT s._cdc_remove THEN INSERT (`id`, `status`, `amount`, `p
 -- Each run is one version: from its first change, holding the values of its last one
 -- (`_cdc_offset`, `_cdc_ts`), as if the changes were applied one by one. The version before the
 -- window is found by its span, not by being current, so a replay after history moved on cuts
--- the same runs.
+-- the same runs; where no attempt of the batch reached history it is a current one (`current`).
 WITH firsts AS (
   SELECT `id`, `_cdc_key_placed`, MIN(_cdc_offset) AS _cdc_first FROM `cdc_candidates_orders` GROUP BY `id`, `_cdc_key_placed`
 ), changes AS (
@@ -149,7 +149,8 @@ WHERE NOT b._cdc_remove
 -- Versions are keyed by (key, valid_from), so a replayed batch inserts nothing twice; a version
 -- only ever gains its end (valid_to), never loses it, and takes a change's values in place only
 -- from a later change than the one it holds (`_cdc_offset`; NULL: history kept before columns
--- were chosen).
+-- were chosen). A batch no attempt of which reached history matches current versions only
+-- (`current`: history is partitioned by them).
 MERGE INTO delta.`/lake/silver/orders_history` AS t
 USING `cdc_versions_orders` AS s
 ON t.`id` = s.`id` AND t.`_cdc_key_placed` = s.`_cdc_key_placed` AND t._cdc_valid_from = s._cdc_valid_from

@@ -152,7 +152,8 @@ WHERE f._cdc_offset IS NULL OR NOT (h.`status` <=> f.`status`)
 -- Versions are keyed by (key, valid_from), so a replayed batch inserts nothing twice; a version
 -- only ever gains its end (valid_to), never loses it, and takes a change's values in place only
 -- from a later change than the one it holds (`_cdc_offset`; NULL: history kept before columns
--- were chosen).
+-- were chosen). A batch no attempt of which reached history matches current versions only
+-- (`current`: history is partitioned by them).
 MERGE INTO delta.`/lake/silver/orders_history` AS t
 USING `cdc_versions_orders` AS s
 ON t.`id` = s.`id` AND t.`_cdc_key_placed` = s.`_cdc_key_placed` AND t._cdc_valid_from = s._cdc_valid_from

@@ -172,7 +172,8 @@ WHERE h._cdc_current AND h._cdc_valid_from < f._cdc_offset
 
 -- step 11: the MERGE into history
 -- Versions are keyed by (key, valid_from), so a replayed batch inserts nothing twice; a version
--- only ever gains its end (valid_to), never loses it.
+-- only ever gains its end (valid_to), never loses it. A batch no attempt of which reached
+-- history matches current versions only (`current`: history is partitioned by them).
 MERGE INTO delta.`/lake/silver/orders_history` AS t
 USING `cdc_versions_orders` AS s
 ON t.`id` = s.`id` AND t.`_cdc_key_placed` = s.`_cdc_key_placed` AND t._cdc_valid_from = s._cdc_valid_from
