@@ -186,13 +186,25 @@ class Runner:
                 summary.merged_tables |= set(merged)
                 if captured.schema_changed or captured.resnapshots or captured.more:
                     continue  # go on with the new definitions, read tables again, or capture on
-                if until_caught_up or self.stop.wait(poll_seconds):
+                if until_caught_up:
                     break
-                view = self._refresh_end(view)
+                view = self._next_end(view, poll_seconds)
+                if view is None:
+                    break
         except BaseException:
             merger.finish(quiet=True)  # what the workers merged recorded; the run's error raised
             raise
         summary.merged_tables |= set(merger.finish())  # a stop after a pass that ended early
+
+    def _next_end(self, view: SourceView, poll_seconds: float) -> SourceView | None:
+        """Where a run following the source reads to next: the source's end now, at once when
+        it has moved past the end the last pass read to (a busy source is followed without a
+        pause), else after `poll_seconds`; None when the run was asked to stop meanwhile."""
+        aimed = view.end
+        view = self._refresh_end(view)
+        if view.end != aimed:
+            return view
+        return None if self.stop.wait(poll_seconds) else self._refresh_end(view)
 
     def _maintenance_due(self, checkpoint: Checkpoint) -> bool:
         """Whether target.maintain_every_hours have passed since the last maintenance."""
