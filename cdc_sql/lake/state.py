@@ -182,6 +182,7 @@ class TableEntry(Entry):
     cascade_parents: list[str] = field(default_factory=list)  # ... and whose cascades it applies
     silver_version: int | None = None
     history_version: int | None = None
+    history_id: str = ""  # history's Delta table id (metaData.id) at history_version
     # A re-snapshot is under way: the offset after which the new silver reads binlog changes
     # (its splits' rows stand at watermarks past it); "" when none is.
     resnapshot: str = ""

@@ -85,7 +85,8 @@ def merged_alone(lake: Lake, plan: SilverPlan, entry: TableEntry | None, window:
     if lay:
         lay_out(lake, plan)
     merge_window(lake, plan, window, statements, silver_version,
-                 history_version=entry.history_version if entry is not None else None)
+                 history_version=entry.history_version if entry is not None else None,
+                 history_id=entry.history_id if entry is not None else "")
     return owned_versions(lake, plan.spec), round(time.monotonic() - started, 3)
 
 
@@ -273,7 +274,8 @@ class MergePhase:
         if not window.idle:
             moves = merge_window(lake, plan, window, statements,
                                  entry.silver_version if entry is not None else None, cascading,
-                                 entry.history_version if entry is not None else None)
+                                 entry.history_version if entry is not None else None,
+                                 entry.history_id if entry is not None else "")
         return self._entry(plan, checkpoint, window, owned_versions(lake, plan.spec),
                            round(time.monotonic() - started, 3), batches), moves
 

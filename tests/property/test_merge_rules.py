@@ -216,11 +216,11 @@ def check_batches(lake, data, history, projection="SELECT id, v FROM t", chosen=
     def expected_history(u):
         return versions(initial, txns, marks, reads, bounds, u, kept, same)
 
-    recorded = [None]  # history's version as state records it after each window
+    recorded = [{}]  # history's version and id as state records them after each window
 
     def merge(plan, applied, u):
         if applied:  # an attempt that reached history makes the next one match every version
-            merge_window(lake, plan, Window(applied, boundary(u)), history_version=recorded[0])
+            merge_window(lake, plan, Window(applied, boundary(u)), **recorded[0])
         else:  # the first batch: history starts past every read
             merge_window(lake, plan, Window("", boundary(u), done, first=True,
                                             history_start=history_start))
@@ -243,7 +243,7 @@ def check_batches(lake, data, history, projection="SELECT id, v FROM t", chosen=
             assert_history(lake, expected_history(u))
             break
         applied = boundary(u)
-        recorded[0] = lake.tables.version(lake.history_path("t"))
+        recorded[0] = as_recorded(lake)
         assert_silver(lake, expected_silver(u))
         assert_history(lake, expected_history(u))
 
@@ -546,6 +546,13 @@ def history_of_two_updates(new_lake):
     return lake, plan
 
 
+def as_recorded(lake) -> dict:
+    """History's version and id as state records them after a window (owned_versions)."""
+    path = lake.history_path("t")
+    return {"history_version": lake.tables.version(path),
+            "history_id": lake.tables.table_id(path)}
+
+
 TWO_UPDATES = [(1, "s1", boundary(-1), offset(0, 0)), (1, "b", offset(0, 0), offset(1, 0)),
                (1, "c", offset(1, 0), None), (2, "s2", boundary(-1), None)]
 
@@ -560,10 +567,10 @@ def test_history_matches_its_current_versions_unless_an_attempt_reached_it(engin
     lake, plan = history_of_two_updates(new_lake)
     history = lake.history_path("t")
     assert DeltaTable(history).metadata().partition_columns == ["_cdc_current"]
-    recorded = lake.tables.version(history)
+    recorded = as_recorded(lake)
     lake.tables.compact_and_vacuum(history, 0)  # maintenance leaves it untouched
     for _ in range(3):  # replayed: killed before its state commit
-        merge_window(lake, plan, Window(boundary(-1), boundary(1)), history_version=recorded)
+        merge_window(lake, plan, Window(boundary(-1), boundary(1)), **recorded)
     merges = [str(c["operationParameters"]) for c in DeltaTable(history).history()
               if c["operation"] == "MERGE"]
     assert len(merges) == 1 and "_cdc_current" in merges[0]  # the replays change nothing
@@ -586,7 +593,7 @@ def test_history_written_unpartitioned_is_partitioned_once(engine, new_lake, fee
     merge_window(lake, plan, Window(boundary(-1), boundary(0)))
     history = lake.history_path("t")
     lake.tables.reshape(history, {}, [], partitions=[])  # as an earlier cdc-sql wrote it
-    recorded = lake.tables.version(history)
+    recorded = as_recorded(lake)
     before = engine.read(history).orderBy("id", "_cdc_valid_from").collect()
     if feed:  # the rule alone (Sail writes no change data feed)
         partition_history(lake, plan_silver(Table(name="t", source="db.t", history=True,
@@ -595,6 +602,24 @@ def test_history_written_unpartitioned_is_partitioned_once(engine, new_lake, fee
         lay_out(lake, plan)
     assert DeltaTable(history).metadata().partition_columns == ([] if feed else ["_cdc_current"])
     assert engine.read(history).orderBy("id", "_cdc_valid_from").collect() == before
-    check_untouched(lake, plan.spec, TableEntry(table="t", history_version=recorded))
-    merge_window(lake, plan, Window(boundary(0), boundary(1)), history_version=recorded)
+    check_untouched(lake, plan.spec, TableEntry(table="t", **recorded))
+    merge_window(lake, plan, Window(boundary(0), boundary(1)), **recorded)
+    assert_history(lake, TWO_UPDATES)
+
+
+def test_history_started_again_is_not_taken_for_the_one_state_recorded(engine, new_lake):
+    """History removed (to start it again from silver) and the next window's first attempt
+    killed after its MERGE into the new table: the replay, state still naming the old table
+    and a version the new one has reached, matches every version (the tables' ids differ)."""
+    import shutil
+
+    lake, plan = history_of_two_updates(new_lake)
+    history = lake.history_path("t")
+    for days in (30, 31):  # the old table's version past what the new one reaches
+        lake.tables.set_properties(history, {"delta.logRetentionDuration": f"interval {days} days"})
+    recorded = as_recorded(lake)
+    shutil.rmtree(history)
+    for _ in range(2):  # the first attempt, then its replay
+        merge_window(lake, plan, Window(boundary(-1), boundary(1)), **recorded)
+        assert lake.tables.version(history) <= recorded["history_version"]
     assert_history(lake, TWO_UPDATES)

@@ -81,9 +81,9 @@ def test_changes_in_one_window_give_the_versions_of_one_by_one(engine, new_lake)
                                         first=True, history_start=boundary(-1)))
         applied = boundary(-1)
         for u in cuts:
-            recorded = lake.tables.version(lake.history_path("t"))  # as state records it
+            recorded = test_merge_rules.as_recorded(lake)  # as state records it
             for _ in range(2):  # replayed: nothing changes
-                merge_window(lake, plan, Window(applied, boundary(u)), history_version=recorded)
+                merge_window(lake, plan, Window(applied, boundary(u)), **recorded)
             applied = boundary(u)
         test_merge_rules.assert_history(lake, want)
         assert_held(lake)
@@ -143,9 +143,9 @@ def test_a_truncate_ends_versions_between_changes_of_one_window(engine, new_lake
     # tracked: "a" and "b" are one group, so the update continues the snapshot's version
     first = ([(1, "b", boundary(-1), truncated)] if history == "track" else
              [(1, "a", boundary(-1), offset(0, 0)), (1, "b", offset(0, 0), truncated)])
-    recorded = lake.tables.version(lake.history_path("t"))  # as state records it
+    recorded = test_merge_rules.as_recorded(lake)  # as state records it
     for _ in range(2):  # replayed: the same
-        merge_window(lake, plan, Window(boundary(-1), boundary(1)), history_version=recorded)
+        merge_window(lake, plan, Window(boundary(-1), boundary(1)), **recorded)
         assert_silver(lake, {1: "a"})
         test_merge_rules.assert_history(lake, [*first, (1, "a", offset(1, 0), None),
                                                (2, "c", boundary(-1), truncated)])

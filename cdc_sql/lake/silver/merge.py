@@ -29,11 +29,12 @@ log = logging.getLogger("cdc_sql")
 def merge_window(lake: Lake, plan: SilverPlan, window: Window,
                  statements: list[Statement] | None = None, silver_version: int | None = None,
                  cascading: list[cascades.ParentChange] = (),
-                 history_version: int | None = None) -> list[cascades.ParentChange]:
+                 history_version: int | None = None,
+                 history_id: str = "") -> list[cascades.ParentChange]:
     """The first batch (silver created from the snapshot rows; with history, history begins
     once silver is past every split's read) or an ordinary one. `silver_version`,
-    `history_version`: the versions state recorded with the window's start (where cascades
-    start from; whether an attempt of the window reached history); `cascading`:
+    `history_version`, `history_id`: what state recorded with the window's start (where
+    cascades start from; whether an attempt of the window reached history); `cascading`:
     keys of parents that cascades deleted or changed in the window. Returns this table's own
     such keys (for the tables it cascades into). A window that wrote a whole snapshot leaves
     silver (and history) with one key range per file (route.Route.cluster)."""
@@ -43,7 +44,7 @@ def merge_window(lake: Lake, plan: SilverPlan, window: Window,
             replaced_already(lake, plan, silver_version):
         window = replace(window, replaced=True)
     if plan.spec.history and not (window.first or window.replace) and \
-            rows_untouched(lake, lake.history_path(plan.spec.name), history_version):
+            rows_untouched(lake, lake.history_path(plan.spec.name), history_version, history_id):
         window = replace(window, history_untouched=True)
     if not window.first or not plan.spec.history:
         _batches(lake, plan, window, statements, cascaded)

@@ -25,18 +25,26 @@ def owned_tables(lake: Lake, spec: Table) -> dict[str, str]:
     return tables
 
 
-def owned_versions(lake: Lake, spec: Table) -> dict[str, int | None]:
-    """Our last version of each table, for state: what check_untouched compares against."""
-    return {key: lake.tables.version(path) if lake.tables.exists(path) else None
-            for key, path in owned_tables(lake, spec).items()}
+def owned_versions(lake: Lake, spec: Table) -> dict[str, int | str | None]:
+    """Our last version of each table, for state: what check_untouched compares against;
+    with history, its table's id (a history table removed and started again is another)."""
+    versions = {key: lake.tables.version(path) if lake.tables.exists(path) else None
+                for key, path in owned_tables(lake, spec).items()}
+    if versions.get("history_version") is not None:
+        versions["history_id"] = lake.tables.table_id(lake.history_path(spec.name)) or ""
+    return versions
 
 
-def rows_untouched(lake: Lake, path: str, recorded: int | None) -> bool:
+def rows_untouched(lake: Lake, path: str, recorded: int | None, recorded_id: str) -> bool:
     """Whether a table's rows are those of the version state recorded with the window's
-    start: every commit since is maintenance. False when none is recorded or the log says
-    nothing (a run killed after a MERGE, before its state commit, left its rows there)."""
-    commits = lake.tables.history(path, recorded) \
-        if recorded is not None and lake.tables.exists(path) else None
+    start: the same table (`recorded_id`: its Delta id then), every commit since maintenance.
+    False when either is not recorded, or the log says nothing (a run killed after a MERGE,
+    before its state commit, left its rows there; a table removed and started again since
+    has other commits under the same version numbers)."""
+    if recorded is None or not recorded_id or not lake.tables.exists(path) or \
+            lake.tables.table_id(path) != recorded_id:
+        return False
+    commits = lake.tables.history(path, recorded)
     return commits is not None and all(op in MAINTENANCE for _, op, _ in commits)
 
 
