@@ -74,8 +74,7 @@ class Seen:
 
 
 def merged_alone(lake: Lake, plan: SilverPlan, entry: TableEntry | None, window: Window,
-                 statements: list[Statement], silver_version: int | None,
-                 lay: bool) -> tuple[dict, float]:
+                 statements: list[Statement], lay: bool) -> tuple[dict, float]:
     """A table's window merged by a worker (workers.py) as `MergePhase._merge_table` merges a
     table alone: silver checked untouched, laid out if `lay`, the window merged; silver's (and
     history's) versions after it, and the seconds it took."""
@@ -84,9 +83,7 @@ def merged_alone(lake: Lake, plan: SilverPlan, entry: TableEntry | None, window:
         check_untouched(lake, plan.spec, entry)
     if lay:
         lay_out(lake, plan)
-    merge_window(lake, plan, window, statements, silver_version,
-                 history_version=entry.history_version if entry is not None else None,
-                 history_id=entry.history_id if entry is not None else "")
+    merge_window(lake, plan, window, statements, entry)
     return owned_versions(lake, plan.spec), round(time.monotonic() - started, 3)
 
 
@@ -235,7 +232,6 @@ class MergePhase:
             entry, sources = checkpoint.table(plan.spec.name), {(t.db, t.name)
                                                                 for t in plan.sources}
             tasks.append((plan, entry, window, [s for s in statements if (s.db, s.tbl) in sources],
-                          entry.silver_version if entry is not None else None,
                           plan.spec.name not in self.laid_out))
             windows.append((plan, window))
         for (plan, window), merged in zip(windows, self.run.workers.map(merged_alone, tasks)):
@@ -272,10 +268,7 @@ class MergePhase:
             lay_out(lake, plan)
             self.laid_out.add(plan.spec.name)
         if not window.idle:
-            moves = merge_window(lake, plan, window, statements,
-                                 entry.silver_version if entry is not None else None, cascading,
-                                 entry.history_version if entry is not None else None,
-                                 entry.history_id if entry is not None else "")
+            moves = merge_window(lake, plan, window, statements, entry, cascading)
         return self._entry(plan, checkpoint, window, owned_versions(lake, plan.spec),
                            round(time.monotonic() - started, 3), batches), moves
 

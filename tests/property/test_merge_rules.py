@@ -21,7 +21,9 @@ from cdc_sql.config.model import Table
 from cdc_sql.lake import bronze
 from cdc_sql.lake.lake import Lake
 from cdc_sql.lake.silver.merge import merge_window
+from cdc_sql.lake.silver.ownership import owned_versions
 from cdc_sql.lake.silver.plan import plan_silver
+from cdc_sql.lake.state import TableEntry
 from cdc_sql.planner import just_after
 from cdc_sql.source.offsets import Offset
 from cdc_sql.source.schema import Column, SourceTable
@@ -216,11 +218,11 @@ def check_batches(lake, data, history, projection="SELECT id, v FROM t", chosen=
     def expected_history(u):
         return versions(initial, txns, marks, reads, bounds, u, kept, same)
 
-    recorded = [{}]  # history's version and id as state records them after each window
+    recorded = [None]  # the table's entry as state records it after each window
 
     def merge(plan, applied, u):
         if applied:  # an attempt that reached history makes the next one match every version
-            merge_window(lake, plan, Window(applied, boundary(u)), **recorded[0])
+            merge_window(lake, plan, Window(applied, boundary(u)), recorded=recorded[0])
         else:  # the first batch: history starts past every read
             merge_window(lake, plan, Window("", boundary(u), done, first=True,
                                             history_start=history_start))
@@ -546,11 +548,11 @@ def history_of_two_updates(new_lake):
     return lake, plan
 
 
-def as_recorded(lake) -> dict:
-    """History's version and id as state records them after a window (owned_versions)."""
-    path = lake.history_path("t")
-    return {"history_version": lake.tables.version(path),
-            "history_id": lake.tables.table_id(path)}
+def as_recorded(lake) -> TableEntry:
+    """Table `t`'s entry as state records it after a window (owned_versions: silver's and
+    history's versions, history's id)."""
+    return TableEntry(table="t", **owned_versions(lake, Table(name="t", source="db.t",
+                                                               history=True)))
 
 
 TWO_UPDATES = [(1, "s1", boundary(-1), offset(0, 0)), (1, "b", offset(0, 0), offset(1, 0)),
@@ -570,7 +572,7 @@ def test_history_matches_its_current_versions_unless_an_attempt_reached_it(engin
     recorded = as_recorded(lake)
     lake.tables.compact_and_vacuum(history, 0)  # maintenance leaves it untouched
     for _ in range(3):  # replayed: killed before its state commit
-        merge_window(lake, plan, Window(boundary(-1), boundary(1)), **recorded)
+        merge_window(lake, plan, Window(boundary(-1), boundary(1)), recorded=recorded)
     merges = [str(c["operationParameters"]) for c in DeltaTable(history).history()
               if c["operation"] == "MERGE"]
     assert len(merges) == 1 and "_cdc_current" in merges[0]  # the replays change nothing
@@ -587,7 +589,6 @@ def test_history_written_unpartitioned_is_partitioned_once(engine, new_lake, fee
 
     from cdc_sql.lake.silver.merge import lay_out, partition_history
     from cdc_sql.lake.silver.ownership import check_untouched
-    from cdc_sql.lake.state import TableEntry
 
     lake, plan = history_of_two_updates(new_lake)
     merge_window(lake, plan, Window(boundary(-1), boundary(0)))
@@ -602,8 +603,8 @@ def test_history_written_unpartitioned_is_partitioned_once(engine, new_lake, fee
         lay_out(lake, plan)
     assert DeltaTable(history).metadata().partition_columns == ([] if feed else ["_cdc_current"])
     assert engine.read(history).orderBy("id", "_cdc_valid_from").collect() == before
-    check_untouched(lake, plan.spec, TableEntry(table="t", **recorded))
-    merge_window(lake, plan, Window(boundary(0), boundary(1)), **recorded)
+    check_untouched(lake, plan.spec, recorded)
+    merge_window(lake, plan, Window(boundary(0), boundary(1)), recorded=recorded)
     assert_history(lake, TWO_UPDATES)
 
 
@@ -620,6 +621,6 @@ def test_history_started_again_is_not_taken_for_the_one_state_recorded(engine, n
     recorded = as_recorded(lake)
     shutil.rmtree(history)
     for _ in range(2):  # the first attempt, then its replay
-        merge_window(lake, plan, Window(boundary(-1), boundary(1)), **recorded)
-        assert lake.tables.version(history) <= recorded["history_version"]
+        merge_window(lake, plan, Window(boundary(-1), boundary(1)), recorded=recorded)
+        assert lake.tables.version(history) <= recorded.history_version
     assert_history(lake, TWO_UPDATES)

@@ -83,7 +83,7 @@ def test_changes_in_one_window_give_the_versions_of_one_by_one(engine, new_lake)
         for u in cuts:
             recorded = test_merge_rules.as_recorded(lake)  # as state records it
             for _ in range(2):  # replayed: nothing changes
-                merge_window(lake, plan, Window(applied, boundary(u)), **recorded)
+                merge_window(lake, plan, Window(applied, boundary(u)), recorded=recorded)
             applied = boundary(u)
         test_merge_rules.assert_history(lake, want)
         assert_held(lake)
@@ -145,7 +145,7 @@ def test_a_truncate_ends_versions_between_changes_of_one_window(engine, new_lake
              [(1, "a", boundary(-1), offset(0, 0)), (1, "b", offset(0, 0), truncated)])
     recorded = test_merge_rules.as_recorded(lake)  # as state records it
     for _ in range(2):  # replayed: the same
-        merge_window(lake, plan, Window(boundary(-1), boundary(1)), **recorded)
+        merge_window(lake, plan, Window(boundary(-1), boundary(1)), recorded=recorded)
         assert_silver(lake, {1: "a"})
         test_merge_rules.assert_history(lake, [*first, (1, "a", offset(1, 0), None),
                                                (2, "c", boundary(-1), truncated)])

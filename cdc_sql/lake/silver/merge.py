@@ -20,6 +20,7 @@ from cdc_sql.lake.silver.facts import Statement, read_facts, read_statements
 from cdc_sql.lake.silver.ownership import owned_tables, rows_untouched
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.route import clusters, route
+from cdc_sql.lake.state import TableEntry
 from cdc_sql.lake.tables import RESNAPSHOT_MARK
 from cdc_sql.window import Window
 
@@ -27,24 +28,24 @@ log = logging.getLogger("cdc_sql")
 
 
 def merge_window(lake: Lake, plan: SilverPlan, window: Window,
-                 statements: list[Statement] | None = None, silver_version: int | None = None,
-                 cascading: list[cascades.ParentChange] = (),
-                 history_version: int | None = None,
-                 history_id: str = "") -> list[cascades.ParentChange]:
+                 statements: list[Statement] | None = None, recorded: TableEntry | None = None,
+                 cascading: list[cascades.ParentChange] = ()) -> list[cascades.ParentChange]:
     """The first batch (silver created from the snapshot rows; with history, history begins
-    once silver is past every split's read) or an ordinary one. `silver_version`,
-    `history_version`, `history_id`: what state recorded with the window's start (where
-    cascades start from; whether an attempt of the window reached history); `cascading`:
+    once silver is past every split's read) or an ordinary one. `recorded`: the table's entry
+    as state recorded it with the window's start (silver's version, where cascades start from;
+    history's version and id, whether an attempt of the window reached history); `cascading`:
     keys of parents that cascades deleted or changed in the window. Returns this table's own
     such keys (for the tables it cascades into). A window that wrote a whole snapshot leaves
     silver (and history) with one key range per file (route.Route.cluster)."""
+    silver_version = recorded.silver_version if recorded is not None else None
     cascaded, moves = cascade_rows(lake, plan, window, statements, silver_version, cascading) \
         if plan.cascades else (None, [])
     if window.replace and plan.spec.change_data_feed and \
             replaced_already(lake, plan, silver_version):
         window = replace(window, replaced=True)
-    if plan.spec.history and not (window.first or window.replace) and \
-            rows_untouched(lake, lake.history_path(plan.spec.name), history_version, history_id):
+    if plan.spec.history and not (window.first or window.replace) and recorded is not None \
+            and rows_untouched(lake, lake.history_path(plan.spec.name), recorded.history_version,
+                               recorded.history_id):
         window = replace(window, history_untouched=True)
     if not window.first or not plan.spec.history:
         _batches(lake, plan, window, statements, cascaded)
