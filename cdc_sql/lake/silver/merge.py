@@ -182,9 +182,10 @@ def cluster_liquid(lake: Lake, plan: SilverPlan, path: str, optimize: bool) -> N
     Only the engine writes these commits (delta-rs cannot write the clustering feature): a
     table that did not have it gets its later windows through the engine (route.liquid). A
     history table created partitioned (layout.history_partitions) stays so."""
-    if lake.tables.partitions(path):  # history, partitioned before `cluster_by` was named
+    partitioned = lake.tables.partitions(path)  # history, before `cluster_by` was named
+    if partitioned:
         log.info("silver %s: %s stays partitioned by %s, not liquid-clustered (Delta clusters "
-                 "no partitioned table)", plan.spec.name, path, layout.CURRENT)
+                 "no partitioned table)", plan.spec.name, path, ", ".join(partitioned))
         return
     change = layout.cluster_by_change(plan.spec, lake.clusters_liquid,
                                       lake.tables.clustering(path))
