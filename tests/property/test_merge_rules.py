@@ -533,7 +533,6 @@ def test_a_range_reread_repairs_its_range_whatever_silver_held_there(engine, new
     assert {r[0] for r in ended + flagged} <= {READ_AT.replace(tzinfo=None)}, ended + flagged
 
 
-
 def history_of_two_updates(new_lake):
     """A lake whose table (history on) has had its first window, and whose bronze holds two
     updates of key 1 past it (s1, then b, then c); the plan."""
