@@ -297,21 +297,23 @@ class DeltaRsWrites:
             columns, target_size=tables.TARGET_FILE_BYTES, max_spill_size=512 * 2**20,
             writer_properties=writer_properties())
 
-    def partitions(self, path: str) -> list[str]:
-        """The columns the table is partitioned by."""
+    def layout(self, path: str) -> tables.TableLayout | None:
+        """The table's properties and partition columns from its log; its clustering columns
+        [] from its protocol for a table without Delta's clustering feature (every table
+        delta-rs writes): those of one with the feature are the engine's to tell
+        (lake.WithFallback and lake.ReadsHere ask it on this error). None: no table there."""
+        if not self.exists(path):
+            return None
+        found = self._log(path)
+        if found is not None:  # a log read here: no partitions, no feature delta-rs lacks
+            return tables.TableLayout(found.configuration, [], [])
         with self._table(path) as table:
-            return list(table.metadata().partition_columns)
-
-    def clustering(self, path: str) -> list[str]:
-        """[] for a table without Delta's clustering feature (every table delta-rs writes, or
-        none there yet), from its protocol; the columns of one with the feature are the
-        engine's to tell (lake.WithFallback and lake.ReadsHere ask it on this error)."""
-        if self.exists(path) and self._log(path) is None:
-            with self._table(path) as table:
-                if "clustering" in (table.protocol().writer_features or ()):
-                    raise NotImplementedError(f"{path}: liquid-clustered, its columns are "
-                                              f"the engine's to tell")
-        return []
+            metadata, protocol = table.metadata(), table.protocol()
+        if "clustering" in (protocol.writer_features or ()):
+            raise NotImplementedError(f"{path}: liquid-clustered, its columns are the "
+                                      f"engine's to tell")
+        return tables.TableLayout(dict(metadata.configuration),
+                                  list(metadata.partition_columns), [])
 
     @_commits
     def merge_changes(self, path: str, changes: pa.Table, key: list[str],

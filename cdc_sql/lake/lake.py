@@ -114,7 +114,7 @@ class WithFallback:
     the engine's alone (delta-rs cannot write it). Each table's features are said once."""
 
     ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
-              "cluster", "replace_rows", "reset", "set_properties", "clustering")
+              "cluster", "replace_rows", "reset", "set_properties", "layout")
     ENGINE = ("alter_clustering", "recluster")
 
     def __init__(self, tables: DeltaRsTables, engine):
@@ -149,7 +149,7 @@ class WithFallback:
 class ReadsHere:
     """The engine's Spark SQL for an engine in another process (remote, active), except that
     the reads of a table's log (whether it exists, its version, history, schema, properties,
-    that it has no liquid clustering) and the rows of a table asking for no feature delta-rs
+    layout but the columns Delta liquid-clusters it by) and the rows of a table asking for no feature delta-rs
     cannot handle go to delta-rs in this process, once the lake has been shown to be the
     engine's own: each is otherwise a Spark Connect round trip and a read of Delta's log on
     the server, and a window's silver step made 22 of them (docs/performance.md). Shown
@@ -157,8 +157,7 @@ class ReadsHere:
     table was created) at the same path (`same_lake`). Writes stay with the engine, and a
     read delta-rs fails is asked of it."""
 
-    READS = ("exists", "version", "history", "schema", "properties", "read_arrow",
-             "clustering", "partitions")
+    READS = ("exists", "version", "history", "schema", "properties", "read_arrow", "layout")
 
     def __init__(self, engine):
         self._spark, self._here = SparkTables(engine), DeltaRsTables()

@@ -7,7 +7,8 @@ from typing import Callable, ContextManager, Iterable
 
 import pyarrow as pa
 
-from cdc_sql.lake.tables import EVOLVE_MARK, literal, operation, predicate, spark_schema, table_ref
+from cdc_sql.lake.tables import (EVOLVE_MARK, TableLayout, literal, operation, predicate,
+                                 spark_schema, table_ref)
 from cdc_sql.sql import quote
 
 log = logging.getLogger("cdc_sql")
@@ -105,13 +106,16 @@ class SparkTables:
                 partitions: list[str] | None = None) -> None:
         from pyspark.sql import functions as F
 
+        if partitions is None:  # as it was
+            found = self.layout(path)
+            partitions = (found.partitions if found is not None else None) or []
         table = self.engine.read(path)
         table.select(*(F.col(c).cast(widen[c]).alias(c) if c in widen else F.col(c)
                        for c in table.columns),
                      *((F.col(source) if source else F.lit(None)).cast(t).alias(name)
                        for name, t, source in add)) \
             .write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
-            .partitionBy(*(self.partitions(path) or () if partitions is None else partitions)) \
+            .partitionBy(*partitions) \
             .option("userMetadata", EVOLVE_MARK).save(str(path))
 
     def delete_rows(self, path: str, where: list[tuple[str, str, str]]) -> None:
@@ -210,16 +214,20 @@ class SparkTables:
         self.spark.sql(f"OPTIMIZE {table_ref(path)} ZORDER BY "
                        f"({', '.join(quote(c) for c in columns)})").collect()
 
-    def clustering(self, path: str) -> list[str]:
-        """The columns Delta liquid-clusters the table by ([] for none)."""
-        return list(self._detail(path, "clusteringColumns")[0] or ())
-
-    def partitions(self, path: str) -> list[str] | None:
-        """The columns the table is partitioned by; None where the engine cannot tell (Sail
-        has no DESCRIBE DETAIL)."""
+    def layout(self, path: str) -> TableLayout | None:
+        """In one DESCRIBE DETAIL (a round trip, and a read of the table's log, on an engine
+        in another process); None: no table there. An engine without DESCRIBE DETAIL (Sail)
+        tells neither properties nor partitions, and clusters nothing."""
         if not self.engine.describes_history:
+            return TableLayout(None, None, []) if self.exists(path) else None
+        try:
+            row = self._detail(path, "properties", "partitionColumns", "clusteringColumns")
+        except Exception:  # noqa: BLE001 - any engine's "not a Delta table"
             return None
-        return list(self._detail(path, "partitionColumns")[0] or ())
+        if row is None:
+            return None
+        return TableLayout(dict(row["properties"] or {}), list(row["partitionColumns"] or ()),
+                           list(row["clusteringColumns"] or ()))
 
     def alter_clustering(self, path: str, columns: tuple[str, ...]) -> None:
         """ALTER TABLE CLUSTER BY `columns` (NONE for none): Delta 4 turns liquid clustering

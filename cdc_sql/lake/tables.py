@@ -28,6 +28,7 @@ import decimal
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterable, Protocol
 
 import pyarrow as pa
@@ -79,6 +80,17 @@ def table_ref(path: str) -> str:
     return "delta.`" + str(path).replace("`", "``") + "`"
 
 
+@dataclass(frozen=True)
+class TableLayout:
+    """A table's layout as it is, in one look (`TableOps.layout`; one DESCRIBE DETAIL where
+    the engine tells it): its properties (None: the engine cannot tell), the columns it is
+    partitioned by (None: the engine cannot tell) and those Delta liquid-clusters it by."""
+
+    properties: dict[str, str] | None
+    partitions: list[str] | None
+    clustering: list[str]
+
+
 class TableOps(Protocol):
     """What cdc-sql does to Delta tables besides queries. Commits that change a table's schema
     or rows outside a MERGE are marked EVOLVE_MARK (the hand-change check lets them pass)."""
@@ -114,8 +126,7 @@ class TableOps(Protocol):
     def compact_and_vacuum(self, path: str, retention_hours: float,
                            compact: bool = True) -> dict: ...
     def cluster(self, path: str, columns: list[str]) -> None: ...
-    def clustering(self, path: str) -> list[str]: ...
-    def partitions(self, path: str) -> list[str] | None: ...  # None: not known
+    def layout(self, path: str) -> TableLayout | None: ...  # None: no table there
     def alter_clustering(self, path: str, columns: tuple[str, ...]) -> None: ...
     def recluster(self, path: str, full: bool = False) -> None: ...
     def properties(self, path: str) -> dict[str, str]: ...

@@ -597,7 +597,8 @@ def test_history_written_unpartitioned_is_partitioned_once(engine, new_lake, fee
     before = engine.read(history).orderBy("id", "_cdc_valid_from").collect()
     if feed:  # the rule alone (Sail writes no change data feed)
         partition_history(lake, plan_silver(Table(name="t", source="db.t", history=True,
-                                                  change_data_feed=True), [TABLE], "p.yaml", 0))
+                                                  change_data_feed=True), [TABLE], "p.yaml", 0),
+                          lake.tables.layout(history))
     else:
         lay_out(lake, plan)
     assert DeltaTable(history).metadata().partition_columns == ([] if feed else ["_cdc_current"])

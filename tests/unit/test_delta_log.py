@@ -17,7 +17,7 @@ from deltalake.transaction import AddAction
 
 from cdc_sql.lake import delta_log
 from cdc_sql.lake.delta_rs_tables import DeltaRsTables
-from cdc_sql.lake.tables import OWN_MERGE
+from cdc_sql.lake.tables import OWN_MERGE, TableLayout
 from tests.unit.test_open_tables import tables_opened
 
 
@@ -44,8 +44,9 @@ def test_a_small_table_is_read_and_committed_without_delta_rs_opening_it(tmp_pat
     tables, calls = DeltaRsTables(), tables_opened(monkeypatch)
     assert tables.version(path) == 1 and tables.schema(path) == rows().schema
     assert tables.table_id(path) == str(truth.metadata().id)
-    assert tables.unwritable(path) == [] and tables.clustering(path) == []
+    assert tables.unwritable(path) == []
     assert tables.properties(path) == dict(truth.metadata().configuration)
+    assert tables.layout(path) == TableLayout(dict(truth.metadata().configuration), [], [])
     assert sorted(tables.read_within(path, ["a"], ("a", 1, 3))["a"].to_pylist()) == [2, 3]
     assert sorted(low for _, low, _ in tables.data_files(path, "a")) == [1, 3]
     assert tables.file_rows(path) == 3

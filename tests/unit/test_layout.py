@@ -232,7 +232,7 @@ def test_liquid_clustering_is_the_engines_sql_whoever_writes_the_table():
     assert said == ["ALTER TABLE delta.`/lake/silver/t` CLUSTER BY (`n`, `odd col`)",
                     "ALTER TABLE delta.`/lake/silver/t` CLUSTER BY NONE",
                     "OPTIMIZE delta.`/lake/silver/t` FULL", "OPTIMIZE delta.`/lake/silver/t`"]
-    assert ops.clustering("/nowhere/t") == [] and len(said) == 4  # not there: delta-rs's
+    assert ops.layout("/nowhere/t") is None and len(said) == 4  # not there: delta-rs's
 
 
 def test_liquid_clustering_only_by_columns_with_statistics():
@@ -266,3 +266,43 @@ def test_statistics_columns_read_back_as_written(names):
     from cdc_sql.sql import quote
 
     assert _column_list(",".join(quote(n) for n in names)) == names
+
+
+@pytest.mark.parametrize("silver, history, statements", [
+    # as the pipeline asks: one DESCRIBE DETAIL a table, nothing else
+    ({"delta.checkpointInterval": "5"}, ["_cdc_current"], []),
+    # a property added to the pipeline: one SET TBLPROPERTIES for the table lacking it
+    ({}, ["_cdc_current"], ["ALTER TABLE delta.`dbfs:/lake/silver/orders` SET TBLPROPERTIES "
+                            "('delta.checkpointInterval' = '5')"]),
+])
+def test_a_run_reads_each_tables_layout_in_one_statement(silver, history, statements):
+    """Where only the engine reads the lake (`dbfs:`, HDFS: tables.choose), lay_out asks each
+    table's properties, partitions and liquid clustering in one DESCRIBE DETAIL (a round
+    trip and a read of the table's log on the engine each: five to seven a table with history
+    before), and changes only what differs from the pipeline."""
+    import re
+    from types import SimpleNamespace
+
+    from cdc_sql.lake.lake import Lake
+    from cdc_sql.lake.silver.merge import lay_out
+
+    details = {"dbfs:/lake/silver/orders": (silver, [], ["id"]),
+               "dbfs:/lake/silver/orders_history": ({"delta.checkpointInterval": "5"},
+                                                    history, [])}
+    said = []
+
+    def sql(text):
+        said.append(text)
+        found = dict(zip(("properties", "partitionColumns", "clusteringColumns"),
+                         details[re.search(r"delta\.`(.*)`", text)[1]]))
+        return SimpleNamespace(collect=list, select=lambda *columns: SimpleNamespace(
+            first=lambda: {c: found[c] for c in columns}))
+
+    engine = SimpleNamespace(spark=SimpleNamespace(sql=sql), mode="active",
+                             describes_history=True, clusters_liquid=True)
+    plan = plan_silver(Table(name="orders", source="shop.orders", history=True,
+                             cluster_by=["id"], table_properties={"delta.checkpointInterval": "5"}),
+                       [_orders_plan().sources[0]], "p.yaml", 0)
+    lay_out(Lake.open(engine, "dbfs:/lake"), plan)
+    assert said == ["DESCRIBE DETAIL delta.`dbfs:/lake/silver/orders`", *statements,
+                    "DESCRIBE DETAIL delta.`dbfs:/lake/silver/orders_history`"]

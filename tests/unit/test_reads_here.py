@@ -3,7 +3,7 @@ this process once it finds the engine's own tables there, the engine otherwise."
 import pytest
 
 from cdc_sql.lake.lake import ReadsHere, same_lake
-from cdc_sql.lake.tables import choose
+from cdc_sql.lake.tables import TableLayout, choose
 
 
 @pytest.mark.parametrize("here, engine, shared", [
@@ -96,10 +96,11 @@ def test_the_engine_reads_what_delta_rs_cannot():
     assert here.calls == [("version", "/l/dv")]
 
 
-def test_clustering_is_read_here_unless_the_table_has_the_feature(tmp_path):
-    """Each run asks every table's liquid clustering columns (merge.cluster_liquid): delta-rs
-    says [] from the protocol of a table without the clustering feature (0.75 s of a Spark
-    Connect DESCRIBE DETAIL on the cluster otherwise); a table with it is the engine's."""
+def test_layout_is_read_here_unless_the_table_has_the_clustering_feature(tmp_path):
+    """Each run asks every table's layout (merge.lay_out): delta-rs reads it from the log, its
+    clustering columns [] from the protocol of a table without the clustering feature (0.75 s
+    of a Spark Connect DESCRIBE DETAIL on the cluster otherwise); a table with it is the
+    engine's."""
     import json
 
     import pyarrow as pa
@@ -112,11 +113,12 @@ def test_clustering_is_read_here_unless_the_table_has_the_feature(tmp_path):
     here, engine = DeltaRsTables(), Tables({path: "x"})
     tables = reads(here, engine)
     tables._shared = True
-    assert tables.clustering(path) == [] and tables.clustering(str(tmp_path / "none")) == []
+    assert tables.layout(path) == TableLayout({}, [], []) and \
+        tables.layout(str(tmp_path / "none")) is None
     (tmp_path / "t" / "_delta_log" / f"{1:020}.json").write_text(json.dumps({"protocol": {
         "minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": [],
         "writerFeatures": ["clustering", "domainMetadata"]}}) + "\n")
     with pytest.raises(NotImplementedError, match="liquid-clustered"):
-        here.clustering(path)
-    assert tables.clustering(path) == "clustering"
-    assert engine.calls == [("clustering", path)]
+        here.layout(path)
+    assert tables.layout(path) == "layout"
+    assert engine.calls == [("layout", path)]

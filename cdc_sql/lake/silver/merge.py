@@ -21,7 +21,7 @@ from cdc_sql.lake.silver.ownership import owned_tables, rows_untouched
 from cdc_sql.lake.silver.plan import SilverPlan
 from cdc_sql.lake.silver.route import clusters, route
 from cdc_sql.lake.state import TableEntry
-from cdc_sql.lake.tables import RESNAPSHOT_MARK
+from cdc_sql.lake.tables import RESNAPSHOT_MARK, TableLayout
 from cdc_sql.window import Window
 
 log = logging.getLogger("cdc_sql")
@@ -136,35 +136,45 @@ def lay_out(lake: Lake, plan: SilverPlan) -> None:
     (config/layout.py) that they lack: a pipeline that turns the change data feed on later
     gets it from the next window on, in one SET TBLPROPERTIES commit per table (cdc-sql's own
     to the hand-change check). New tables get them in the commit that creates them. So with
-    the columns Delta liquid-clusters them by (cluster_liquid), on an engine that can."""
+    the columns Delta liquid-clusters them by (cluster_liquid), on an engine that can; and
+    history partitioned (partition_history). Each table's layout is read once (one DESCRIBE
+    DETAIL where only the engine reads the lake)."""
     wanted = layout.properties(plan.spec)
     liquid = lake.clusters_liquid
-    for path in owned_tables(lake, plan.spec).values() if wanted or liquid else ():
-        if not lake.tables.exists(path):
+    history = lake.history_path(plan.spec.name)
+    for path in owned_tables(lake, plan.spec).values():
+        if not (wanted or liquid or path == history):
             continue
-        missing = layout.missing(wanted, lake.tables.properties(path)) if wanted else {}
+        found = lake.tables.layout(path)
+        if found is None:
+            continue
+        if wanted and found.properties is None:
+            log.info("silver %s: %s keeps its properties (the engine can neither tell nor "
+                     "set them): %s go to new tables only", plan.spec.name, path,
+                     ", ".join(wanted))
+        missing = layout.missing(wanted, found.properties) if wanted and \
+            found.properties is not None else {}
         if missing:
             lake.tables.set_properties(path, missing)
             log.info("silver %s: %s given %s", plan.spec.name, path, missing)
         if liquid:
-            cluster_liquid(lake, plan, path, optimize=False)
-    if plan.spec.history:
-        partition_history(lake, plan)
+            found = cluster_liquid(lake, plan, path, optimize=False, found=found)
+        if path == history:
+            partition_history(lake, plan, found)
 
 
-def partition_history(lake: Lake, plan: SilverPlan) -> None:
-    """A history table written before cdc-sql partitioned history rewritten partitioned by
-    `_cdc_current` (layout.history_partitions), once, in one commit of cdc-sql's own: then a
-    window's MERGE reads its current versions only. Not with a change data feed (the rewrite
-    would show in it as every version deleted and inserted again), nor where Delta clusters
-    the table, nor where the engine cannot say how a table is partitioned (a Sail server whose
-    lake this process does not reach). A table the rewrite fails on stays as it is: its
-    MERGEs are right either way."""
+def partition_history(lake: Lake, plan: SilverPlan, found: TableLayout) -> None:
+    """A history table written before cdc-sql partitioned history (`found`: its layout)
+    rewritten partitioned by `_cdc_current` (layout.history_partitions), once, in one commit
+    of cdc-sql's own: then a window's MERGE reads its current versions only. Not with a
+    change data feed (the rewrite would show in it as every version deleted and inserted
+    again), nor where Delta clusters the table, nor where the engine cannot say how a table
+    is partitioned (a Sail server whose lake this process does not reach). A table the
+    rewrite fails on stays as it is: its MERGEs are right either way."""
     path, wanted = lake.history_path(plan.spec.name), layout.history_partitions(
         plan.spec, lake.clusters_liquid)
-    if not wanted or plan.spec.change_data_feed or not lake.tables.exists(path) or \
-            lake.tables.partitions(path) != [] or \
-            (lake.clusters_liquid and lake.tables.clustering(path)):
+    if not wanted or plan.spec.change_data_feed or found.partitions != [] or \
+            (lake.clusters_liquid and found.clustering):
         return
     try:
         lake.tables.reshape(path, {}, [], partitions=wanted)
@@ -175,36 +185,40 @@ def partition_history(lake: Lake, plan: SilverPlan) -> None:
     log.info("silver %s: %s partitioned by %s", plan.spec.name, path, ", ".join(wanted))
 
 
-def cluster_liquid(lake: Lake, plan: SilverPlan, path: str, optimize: bool) -> None:
+def cluster_liquid(lake: Lake, plan: SilverPlan, path: str, optimize: bool,
+                   found: TableLayout | None = None) -> TableLayout | None:
     """A table given the liquid clustering its `cluster_by` asks for (layout.cluster_by_change:
     CLUSTER BY the columns, or NONE once the pipeline names none), its files clustered again
     by new columns in one OPTIMIZE FULL; `optimize` (after a snapshot): OPTIMIZE either way.
     Only the engine writes these commits (delta-rs cannot write the clustering feature): a
     table that did not have it gets its later windows through the engine (route.liquid). A
-    history table created partitioned (layout.history_partitions) stays so."""
-    partitioned = lake.tables.partitions(path)  # history, before `cluster_by` was named
-    if partitioned:
+    history table created partitioned (layout.history_partitions) stays so. `found`: the
+    table's layout (else read here); returns it as the table now is (None: no table)."""
+    found = lake.tables.layout(path) if found is None else found
+    if found is None:
+        return None
+    if found.partitions:  # history, before `cluster_by` was named
         log.info("silver %s: %s stays partitioned by %s, not liquid-clustered (Delta clusters "
-                 "no partitioned table)", plan.spec.name, path, ", ".join(partitioned))
-        return
-    change = layout.cluster_by_change(plan.spec, lake.clusters_liquid,
-                                      lake.tables.clustering(path))
+                 "no partitioned table)", plan.spec.name, path, ", ".join(found.partitions))
+        return found
+    change = layout.cluster_by_change(plan.spec, lake.clusters_liquid, found.clustering)
     if change:
-        _check_statistics(lake, plan, path, change)
+        _check_statistics(lake, plan, path, change, found.properties or {})
     if change is not None:
         lake.tables.alter_clustering(path, change)
         log.info("silver %s: %s liquid-clustered by %s", plan.spec.name, path,
                  ", ".join(change) or "nothing (CLUSTER BY NONE)")
     if change or (optimize and plan.spec.cluster_by):
         lake.tables.recluster(path, full=bool(change))
+    return found if change is None else replace(found, clustering=list(change))
 
 
-def _check_statistics(lake: Lake, plan: SilverPlan, path: str, columns: tuple[str, ...]) -> None:
+def _check_statistics(lake: Lake, plan: SilverPlan, path: str, columns: tuple[str, ...],
+                      properties: dict[str, str]) -> None:
     """Refuse, in one line naming the table, the key and the column, liquid clustering by a
-    column Delta keeps no statistics of there, before its ALTER TABLE (which would fail
-    with Delta's own message); silver stays as it was, readable."""
-    missing = tables.without_statistics(columns, lake.tables.schema(path),
-                                        lake.tables.properties(path))
+    column Delta keeps no statistics of there (`properties`: the table's), before its ALTER
+    TABLE (which would fail with Delta's own message); silver stays as it was, readable."""
+    missing = tables.without_statistics(columns, lake.tables.schema(path), properties)
     for n, column in enumerate(plan.spec.cluster_by):
         if column in missing:
             raise ConfigError(f"table `{plan.spec.name}`, cluster_by[{n}] `{column}`: "
