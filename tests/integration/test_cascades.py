@@ -78,7 +78,24 @@ def run_under_writer(mariadb, database, pipeline, engine, change) -> None:
     run(pipeline, engine)
 
 
-def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make_pipeline):
+def collected_by(module, engine, monkeypatch) -> list:
+    """A list that gains an item for every query whose rows code in `module` collects."""
+    kind, said = type(engine.spark.range(1)), []
+    collect = kind.collect
+
+    def counted(self, *args, **kwargs):
+        if sys._getframe(1).f_code.co_filename == module.__file__:
+            said.append(module.__name__)
+        return collect(self, *args, **kwargs)
+
+    monkeypatch.setattr(kind, "collect", counted)
+    return said
+
+
+def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make_pipeline,
+                                                 monkeypatch):
+    from cdc_sql.lake.silver import cascade_rows
+
     mariadb.execute(*SCHEMA,
                     "INSERT INTO parent SELECT seq, CONCAT('p', seq) FROM seq_1_to_20",
                     "INSERT INTO child SELECT seq, 1 + seq % 20, 1 + (seq * 7) % 20, seq "
@@ -104,8 +121,10 @@ def test_cascades_reach_child_silver_and_history(mariadb, database, engine, make
         cur.execute("DELETE FROM parent WHERE id = 4")
         cur.execute("UPDATE parent SET id = 104 WHERE id = 5")
     assert mariadb.query(f"SELECT COUNT(*) FROM {database}.child WHERE parent_id = 4")[0][0] > 0
+    queries = collected_by(cascade_rows, engine, monkeypatch)
     run(pipeline, engine)
     equal(engine, pipeline, mariadb, database)
+    assert len(queries) == 4  # child and link: the parent's key changes, the rows reached
     versions = engine.read(history_path(pipeline, "child")).where("id = 20").orderBy(
         "_cdc_valid_from").select("parent_id", "v", "_cdc_current").collect()
     assert [tuple(r) for r in versions] == [(1, 20, False), (100, 20, False), (100, -1, False),

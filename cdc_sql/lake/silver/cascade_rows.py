@@ -121,8 +121,9 @@ def _child_versions(lake: Lake, plan: SilverPlan, window: Window, statements: li
 
 def _reached(spark, plan: SilverPlan, versions, changes):
     """The versions of the child rows whose foreign key, in any version, holds a key the parent
-    changes name (old or new): the rows a cascade may reach, with all their versions. Through a
-    foreign key to the table itself, the rows below those too, level by level."""
+    changes name (old or new): the rows a cascade may reach, with all their versions, in one
+    query. Through a foreign key to the table itself, the rows below those too, level by
+    level: a query a level, its keys brought here."""
     from pyspark.sql.types import StructType
 
     key = list(plan.key)
@@ -130,6 +131,8 @@ def _reached(spark, plan: SilverPlan, versions, changes):
     wanted = [{c.old for c in changes if c.parent == fk.parent} |
               {c.new for c in changes if c.parent == fk.parent and c.new is not None}
               for fk in plan.cascades]
+    if any(wanted) and all(fk.parent != table for fk in plan.cascades):
+        return versions.join(_holding(spark, plan, versions, wanted), key, "left_semi")
     found: set[tuple] = set()
     while any(wanted):
         new = {tuple(row) for row in _holding(spark, plan, versions, wanted).collect()} - found
