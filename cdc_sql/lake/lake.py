@@ -149,13 +149,13 @@ class WithFallback:
 class ReadsHere:
     """The engine's Spark SQL for an engine in another process (remote, active), except that
     the reads of a table's log (whether it exists, its version, history, schema, properties,
-    layout but the columns Delta liquid-clusters it by) and the rows of a table asking for no feature delta-rs
-    cannot handle go to delta-rs in this process, once the lake has been shown to be the
-    engine's own: each is otherwise a Spark Connect round trip and a read of Delta's log on
-    the server, and a window's silver step made 22 of them (docs/performance.md). Shown
-    once: the engine and delta-rs find the same table id (Delta's metaData.id, drawn when the
-    table was created) at the same path (`same_lake`). Writes stay with the engine, and a
-    read delta-rs fails is asked of it."""
+    layout but the columns Delta liquid-clusters it by) and the rows of a table asking for no
+    feature delta-rs cannot handle go to delta-rs in this process, once the lake has been
+    shown to be the engine's own: each is otherwise a Spark Connect round trip and a read of
+    Delta's log on the server, and a window's silver step made 22 of them
+    (docs/performance.md). Shown once: the engine and delta-rs find the same table id
+    (Delta's metaData.id, drawn when the table was created) at the same path (`same_lake`).
+    Writes stay with the engine, and a read delta-rs fails is asked of it."""
 
     READS = ("exists", "version", "history", "schema", "properties", "read_arrow", "layout")
 

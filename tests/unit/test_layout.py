@@ -278,8 +278,8 @@ def test_statistics_columns_read_back_as_written(names):
 def test_a_run_reads_each_tables_layout_in_one_statement(silver, history, statements):
     """Where only the engine reads the lake (`dbfs:`, HDFS: tables.choose), lay_out asks each
     table's properties, partitions and liquid clustering in one DESCRIBE DETAIL (a round
-    trip and a read of the table's log on the engine each: five to seven a table with history
-    before), and changes only what differs from the pipeline."""
+    trip and a read of the table's log on the engine each: eight to eleven statements for a
+    table with history before), and changes only what differs from the pipeline."""
     import re
     from types import SimpleNamespace
 

@@ -149,8 +149,8 @@ def lay_out(lake: Lake, plan: SilverPlan) -> None:
         if found is None:
             continue
         if wanted and found.properties is None:
-            log.info("silver %s: %s keeps its properties (the engine can neither tell nor "
-                     "set them): %s go to new tables only", plan.spec.name, path,
+            log.info("silver %s: %s keeps the properties it has (this engine can neither "
+                     "tell nor set a table's properties): %s not given", plan.spec.name, path,
                      ", ".join(wanted))
         missing = layout.missing(wanted, found.properties) if wanted and \
             found.properties is not None else {}
