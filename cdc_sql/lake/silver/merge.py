@@ -148,12 +148,13 @@ def lay_out(lake: Lake, plan: SilverPlan) -> None:
         found = lake.tables.layout(path)
         if found is None:
             continue
+        missing = {}
         if wanted and found.properties is None:
             log.info("silver %s: %s keeps the properties it has (this engine can neither "
                      "tell nor set a table's properties): %s not given", plan.spec.name, path,
                      ", ".join(wanted))
-        missing = layout.missing(wanted, found.properties) if wanted and \
-            found.properties is not None else {}
+        elif wanted:
+            missing = layout.missing(wanted, found.properties)
         if missing:
             lake.tables.set_properties(path, missing)
             log.info("silver %s: %s given %s", plan.spec.name, path, missing)
