@@ -106,9 +106,9 @@ class SparkTables:
                 partitions: list[str] | None = None) -> None:
         from pyspark.sql import functions as F
 
-        if partitions is None:  # as it was
-            found = self.layout(path)
-            partitions = (found.partitions if found is not None else None) or []
+        if partitions is None:  # as it was (none where the engine has no DESCRIBE DETAIL)
+            partitions = list(self._detail(path, "partitionColumns")[0] or ()) \
+                if self.engine.describes_history else []
         table = self.engine.read(path)
         table.select(*(F.col(c).cast(widen[c]).alias(c) if c in widen else F.col(c)
                        for c in table.columns),
