@@ -405,14 +405,20 @@ def _start_sail() -> Engine:
 
 LOG4J = os.path.join(os.path.dirname(__file__), "log4j2.properties")  # errors only, to stderr
 # A JVM Spark of its own in this process: Delta's extension and catalog, the jars setup.sh
-# fetched, and settings for one machine (Delta replays a table's log in 50 tasks by default).
+# fetched, and settings for one machine running many small statements: Delta replays a
+# table's log in 50 tasks by default; Spark keeps 100 compiled classes of generated code,
+# fewer than a few tables' windows generate, so each window compiled them all again (Janino,
+# then the JIT, a core of it); the parallel collector's barriers cost the statements less
+# than G1's (docs/performance.md, "JVM Spark's windows").
 LOCAL_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.ui.showConsoleProgress": "false",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.shuffle.partitions": "8",
+    "spark.sql.codegen.cache.maxEntries": "4000",
 }
+LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 
 
 def s3a_settings(environ) -> dict:
@@ -463,7 +469,8 @@ def _start_local(conf: dict) -> Engine:
 
         builder = SparkSession.builder.master("local[*]").appName("cdc-sql") \
             .config("spark.jars", ",".join(delta)) \
-            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J}")
+            .config("spark.driver.extraJavaOptions",
+                    f"-Dlog4j2.configurationFile=file:{LOG4J} {LOCAL_JAVA_OPTIONS}")
         for key, value in {**LOCAL_CONF, **s3a_settings(os.environ), **conf}.items():
             builder = builder.config(key, value)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname warning

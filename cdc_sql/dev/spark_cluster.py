@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from cdc_sql import jars
-from cdc_sql.engine import LOCAL_CONF, s3a_settings
+from cdc_sql.engine import LOCAL_CONF, LOCAL_JAVA_OPTIONS, s3a_settings
 from cdc_sql.errors import CdcError
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -140,6 +140,8 @@ class ConnectServer(_Processes):
                 "spark.connect.grpc.binding.port": str(self.port),
                 "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
+                "spark.driver.extraJavaOptions": LOCAL_JAVA_OPTIONS,
+                "spark.executor.extraJavaOptions": LOCAL_JAVA_OPTIONS,
                 # Python on the executors: this environment's, importing this cdc_sql and udfs
                 "spark.pyspark.python": sys.executable,
                 "spark.executorEnv.PYTHONPATH": _source_root(), **self.conf}

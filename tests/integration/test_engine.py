@@ -111,6 +111,21 @@ def test_sql_text_substitutes_no_variables(engine, monkeypatch):
     assert row.v == "${env:CDC_SQL_TEST_SECRET}"
 
 
+@pytest.mark.skipif(engines.kind() != "local", reason="the settings of the JVM cdc-sql starts")
+def test_the_jvm_keeps_generated_code_compiled_and_collects_in_parallel(engine):
+    """A window is a few small statements a table; with Spark's default cache of 100 compiled
+    classes a few tables' windows compiled all their generated code again each time, and
+    G1's barriers cost more than the parallel collector's (docs/performance.md, "JVM Spark's
+    windows"): both are settings of the JVM's start, which a session cannot change later."""
+    spark = engine.spark
+    assert int(spark.conf.get("spark.sql.codegen.cache.maxEntries")) >= 4000
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory \
+        .getGarbageCollectorMXBeans()
+    assert {bean.getName() for bean in beans} == {"PS Scavenge", "PS MarkSweep"}
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    assert "log4j2.configurationFile" in options  # errors only, to stderr, as before
+
+
 @pytest.mark.skipif(engines.kind() != "sail", reason="a Spark Connect session in this process "
                     "turns pyspark's Connect mode on, which a JVM session's own calls refuse")
 def test_a_stopped_engines_session_is_never_collected():
