@@ -243,13 +243,20 @@ def _sail_version(spark, path: str, version: int):
     sits at it or just before it ("Missing commit file: expected version 0, found N"; Sail writes
     a checkpoint every 10 commits). Sail writes no deletion vectors, column mapping or partitions
     into silver (history, partitioned, is never read at a version), so those files, read with
-    that version's schema, are the version."""
+    that version's schema, are the version; where Delta Spark turned one of them on, the files
+    are not the rows (a deleted row would be read back), and Sail's own time travel answers."""
     import json
 
     from deltalake import DeltaTable
     from pyspark.sql.types import StructField, StructType
 
+    from cdc_sql.lake.delta_log import rows_are_files
+
     table = DeltaTable(path, version=int(version))
+    protocol, metadata = table.protocol(), table.metadata()
+    if not rows_are_files(metadata.partition_columns, metadata.configuration,
+                          protocol.min_reader_version, protocol.reader_features):
+        return _sail_time_travel(spark, path, version)
     schema = StructType.fromJson(json.loads(table.schema().to_json()))
     schema = StructType([StructField(f.name, f.dataType) for f in schema.fields])  # no metadata:
     # Sail cannot parse a schema whose fields carry Spark's metadata key
@@ -257,6 +264,20 @@ def _sail_version(spark, path: str, version: int):
     if not files:
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(*files)
+
+
+def _sail_time_travel(spark, path: str, version: int):
+    """Sail's `versionAsOf`: the rows where Sail reads that version, else one clear error
+    (it fails at analysis behind a checkpoint), never another version's rows."""
+    frame = spark.read.format("delta").option("versionAsOf", int(version)).load(path)
+    try:
+        frame.schema  # noqa: B018 - analysis: Sail fails here where it cannot read the version
+    except Exception as exc:  # noqa: BLE001 - Sail's error, one line of it
+        raise CdcError(f"{path}: Sail 0.7 cannot read version {version} of this table, whose "
+                       f"files alone are not its rows (deletion vectors, mapped columns or "
+                       f"partitions, turned on by Delta Spark) ({_first_line(exc)}): merge "
+                       f"it on Delta Spark (engine.mode: local)") from None
+    return frame
 
 
 def known(mode: str) -> type[Engine] | None:

@@ -16,6 +16,7 @@ stdin: {"parse": [sql, ...], "programs": [[op, ...], ...]}; stdout: {"parse": [e
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -44,10 +45,18 @@ def main() -> None:
 
 
 def _run(spark, program: list[dict]) -> list:
+    """One program's ops in order, its stand-in tables in a directory removed at the end."""
+    root = tempfile.mkdtemp(prefix="cdc-jvm-")
+    try:
+        return _ops(spark, program, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _ops(spark, program: list[dict], root: str) -> list:
     from pyspark.sql.types import BooleanType, StringType, StructType, TimestampType
 
     standins, out = {}, []
-    root = tempfile.mkdtemp(prefix="cdc-jvm-")
     for op in program:
         if "standin" in op:
             if "schema" in op:

@@ -33,7 +33,8 @@ REFUSED = {
     "delta.columnMapping.mode": "cdc-sql chooses column mapping (name mode where Delta Spark "
                                 "needs it); another mode breaks delta-rs and Sail writes",
     "delta.appendOnly": "silver takes updates and deletes (every MERGE would fail)",
-    "delta.enableDeletionVectors": "delta-rs and Sail 0.7 cannot write deletion vectors",
+    "delta.enableDeletionVectors": "delta-rs reads and writes no deletion vectors, and Sail 0.7 "
+                                   "neither compacts them away nor reads them at older versions",
     "delta.enableRowTracking": "delta-rs and Sail 0.7 cannot write row tracking",
     "delta.enableTypeWidening": "cdc-sql widens columns itself (on_schema_change: evolve)",
     "delta.dataSkippingStatsColumns": "cdc-sql chooses the statistics columns (decimals wider "

@@ -25,13 +25,13 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from cdc_sql.lake.tables import WRITES_FEATURES
-
 # A log of more commit files, or with a checkpoint, is opened by delta-rs: replaying 100 commit
 # files here takes 3-5 ms where delta-rs takes 45-65 ms; past delta-rs's checkpoint interval
 # (CHECKPOINT_INTERVAL) a table has a checkpoint, which this module does not read.
 MOST_COMMITS = 100
 READ_FEATURES = frozenset({"timestampNtz"})
+WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly",  # delta-rs writes these,
+                   "changeDataFeed"}  # its MERGE, UPDATE and DELETE with their _change_data
 CHECKPOINT_INTERVAL = 100  # delta-rs's default `delta.checkpointInterval`
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 # beside the commit files: a writer's temporary file (ours, delta-rs's), a version's checksum

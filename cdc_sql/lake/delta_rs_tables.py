@@ -11,11 +11,11 @@ from typing import Callable, Iterable, Iterator
 import pyarrow as pa
 
 from cdc_sql.lake import delta_log, parquet_files, tables
-from cdc_sql.lake.delta_log import commit_file as _commit_file, identity as _identity
-from cdc_sql.lake.tables import (COMMIT_RETRIES, EVOLVE_MARK, OWN_MERGE,
-                                 WRITES_FEATURES, append_with_delta_rs, literal, operation,
-                                 new_table_configuration, predicate, stats_configuration,
-                                 writer_properties)
+from cdc_sql.lake.delta_log import (WRITES_FEATURES, commit_file as _commit_file,
+                                    identity as _identity)
+from cdc_sql.lake.tables import (COMMIT_RETRIES, EVOLVE_MARK, OWN_MERGE, append_with_delta_rs,
+                                 literal, operation, new_table_configuration, predicate,
+                                 stats_configuration, writer_properties)
 from cdc_sql.location import Location
 
 log = logging.getLogger("cdc_sql")

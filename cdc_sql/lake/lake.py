@@ -108,13 +108,15 @@ class Lake:
 class WithFallback:
     """delta-rs's table operations, except that a change to a table asking for features
     delta-rs cannot write (deletion vectors or column mapping, which Databricks turns on for
-    new tables and a user may turn on for silver) goes through the engine's Spark SQL. Reads
-    stay with delta-rs, which reads those features (but for the columns Delta clusters a
-    table by, which only a table with the clustering feature has). Liquid clustering itself is
-    the engine's alone (delta-rs cannot write it). Each table's features are said once."""
+    new tables and a user may turn on for silver) goes through the engine's Spark SQL, and so
+    does a read of its rows (delta-rs reads no deletion vectors, and reads columns added under
+    column mapping as NULLs). Reads of its log stay with delta-rs (but for the columns Delta
+    clusters a table by, which only a table with the clustering feature has). Liquid
+    clustering itself is the engine's alone (delta-rs cannot write it). Each table's features
+    are said once."""
 
     ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
-              "cluster", "replace_rows", "reset", "set_properties", "layout")
+              "cluster", "replace_rows", "reset", "set_properties", "layout", "read_arrow")
     ENGINE = ("alter_clustering", "recluster")
 
     def __init__(self, tables: DeltaRsTables, engine):

@@ -61,8 +61,6 @@ PACK_AFTER = 100  # small appends from one process after which a table's small f
 PACKED_FILE_BYTES = 16 * 2**20  # ... into files of up to this size (files this big stay)
 STATS_PREFIX = 64  # characters of a string bound kept in file statistics (delta-rs's default)
 COMMIT_RETRIES = 10_000  # appends never conflict: many writers at once only retry
-WRITES_FEATURES = {"timestampNtz", "invariants", "appendOnly",  # delta-rs writes these,
-                   "changeDataFeed"}  # its MERGE, UPDATE and DELETE with their _change_data
 
 
 def choose(engine_mode: str, path: str) -> str:

@@ -1,10 +1,14 @@
 """What the engine module papers over (Sail 0.7's time travel behind a checkpoint), and when a
 run starts the embedded engine."""
+import glob
+import json
+
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from cdc_sql.engine import Engine
+from cdc_sql.errors import CdcError
 from tests import engines
 from tests.integration.helpers import assert_silver_equals, run
 
@@ -33,6 +37,52 @@ def test_every_version_reads_back_though_checkpoints_follow_it(engine, tmp_path)
     assert sorted(r.id for r in after.collect()) == [1, 2, *range(4, 24)]
     assert after.columns == ["id", "v", "w"] and after.where("w IS NOT NULL").count() == 0
     assert engine.read(path).count() == 22
+
+
+def with_deletion_vectors(engine: Engine, path: str, deleted: int) -> None:
+    """A table of ids 1-30 (version 0), its deletion vectors turned on (version 1), then ids
+    1 to `deleted` deleted by the engine's MERGEs, one a version: each a deletion vector."""
+    write_deltalake(path, pa.table({"id": pa.array(range(1, 31), pa.int32())}))
+    DeltaTable(path).alter.set_table_properties({"delta.enableDeletionVectors": "true"})
+    for i in range(1, deleted + 1):
+        engine.spark.sql(f"MERGE INTO delta.`{path}` t USING (SELECT {i} AS id) s "
+                         "ON t.id = s.id WHEN MATCHED THEN DELETE").collect()
+    actions = [json.loads(line) for commit in glob.glob(f"{path}/_delta_log/*.json")
+               for line in open(commit)]
+    assert any(a.get("add", {}).get("deletionVector") for a in actions)
+
+
+def test_rows_of_a_table_with_deletion_vectors_are_read_by_the_engine(engine, tmp_path):
+    """delta-rs reads no deletion vectors: on a local lake (delta-rs with the engine beside
+    it), the rows of such a table (silver's soft-deleted rows counted by `status`) are read
+    by the engine, its log still by delta-rs."""
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+    from cdc_sql.lake.lake import WithFallback
+
+    path = str(tmp_path / "t")
+    with_deletion_vectors(engine, path, 3)
+    tables = WithFallback(DeltaRsTables(), engine)
+    assert sorted(tables.read_arrow(path, ["id"])["id"].to_pylist()) == list(range(4, 31))
+    assert tables.version(path) == 4
+
+
+def test_a_version_with_deletion_vectors_is_its_rows_or_refused(engine, tmp_path):
+    """On a table whose deletion vectors are on (Delta Spark turns them on), a deleted row stays
+    in its file: a version's files are not its rows, and `Engine.read(path, version)` reads it
+    with the engine's own time travel: that version's rows where the engine reads it, else one
+    clear error naming the table (Sail 0.7 behind a checkpoint), never a deleted row."""
+    path = str(tmp_path / "t")
+    with_deletion_vectors(engine, path, 23)  # versions 2-24: row i deleted at version i + 1
+    read = 0
+    for version in range(25):
+        try:
+            rows = engine.read(path, version).collect()
+        except CdcError as exc:
+            assert f"{path}: Sail 0.7 cannot read version {version} of this table" in str(exc)
+            continue
+        assert sorted(r.id for r in rows) == list(range(max(version, 1), 31)), version
+        read += 1
+    assert read >= 3  # the version at each checkpoint and the last, on every engine
 
 
 def lazy_engine(engine: Engine, booted: list) -> Engine:
