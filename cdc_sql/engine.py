@@ -241,10 +241,11 @@ def _sail_version(spark, path: str, version: int):
     """A table's rows as of `version`, read from the data files delta-rs lists for it: Sail
     fails to time-travel to a version older than the table's last checkpoint unless a checkpoint
     sits at it or just before it ("Missing commit file: expected version 0, found N"; Sail writes
-    a checkpoint every 10 commits). Sail writes no deletion vectors, column mapping or partitions
-    into silver (history, partitioned, is never read at a version), so those files, read with
-    that version's schema, are the version; where Delta Spark turned one of them on, the files
-    are not the rows (a deleted row would be read back), and Sail's own time travel answers."""
+    a checkpoint every 10 commits). cdc-sql turns no deletion vectors, column mapping or
+    partitions on in silver on Sail (history, partitioned, is never read at a version), so those
+    files, read with that version's schema, are the version; where Delta Spark turned one of
+    them on, the files are not the rows (a row under a deletion vector would be read back), and
+    Sail's own time travel answers."""
     import json
 
     from deltalake import DeltaTable
