@@ -66,6 +66,7 @@ class Engine:
     time_travels = True  # VERSION AS OF any version the log keeps
     catalogs = True  # tables registered by name outlive the session (a metastore, Unity)
     writes_change_data_feed = True  # a table with delta.enableChangeDataFeed (config/layout.py)
+    keeps_deletion_vectors = True  # writes, compacts and time-travels them (config/layout.py)
     clusters_liquid = True  # Delta's liquid clustering: CLUSTER BY, plain OPTIMIZE (layout.py)
 
     @property
@@ -214,6 +215,7 @@ class SailEngine(Engine):
     time_travels = False
     catalogs = False
     writes_change_data_feed = False
+    keeps_deletion_vectors = False  # writes them, but has no OPTIMIZE (docs/engines.md)
     clusters_liquid = False
 
     def read(self, path: str, version: int | None = None):

@@ -7,12 +7,15 @@ cdc-sql chooses some properties itself, because its writers depend on them: colu
 asked), the statistics columns (tables.stats_configuration), and the protocol (every writer on
 every engine must be able to write silver). A property that would take those away, or that
 makes silver refuse a MERGE's updates and deletes, is refused when the file is read.
+Deletion vectors are the engine's to write: a table asking for them is merged by its SQL, on
+an engine that can compact them (`engine_refusal`).
 """
 from __future__ import annotations
 
 from cdc_sql.errors import ConfigError
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+DELETION_VECTORS = "delta.enableDeletionVectors"
 CURRENT = "_cdc_current"  # history's column marking the current version of each key
 
 # Delta properties known to change only retention, file sizes, checkpoints or statistics.
@@ -33,8 +36,6 @@ REFUSED = {
     "delta.columnMapping.mode": "cdc-sql chooses column mapping (name mode where Delta Spark "
                                 "needs it); another mode breaks delta-rs and Sail writes",
     "delta.appendOnly": "silver takes updates and deletes (every MERGE would fail)",
-    "delta.enableDeletionVectors": "delta-rs reads and writes no deletion vectors, and Sail 0.7 "
-                                   "neither compacts them away nor reads them at older versions",
     "delta.enableRowTracking": "delta-rs and Sail 0.7 cannot write row tracking",
     "delta.enableTypeWidening": "cdc-sql widens columns itself (on_schema_change: evolve)",
     "delta.dataSkippingStatsColumns": "cdc-sql chooses the statistics columns (decimals wider "
@@ -45,9 +46,13 @@ REFUSED = {
 
 
 def refused_property(key: str) -> str | None:
-    """Why a pipeline may not set the table property `key`; None when it may."""
+    """Why a pipeline may not set the table property `key`; None when it may (deletion vectors
+    too: the engine then merges the table, and an engine that cannot keep them refuses it,
+    `engine_refusal`)."""
     if key in REFUSED:
         return REFUSED[key]
+    if key == DELETION_VECTORS:
+        return None
     if key.startswith("delta.feature."):
         return "table features are cdc-sql's to choose (every engine must write silver)"
     if key.startswith("delta."):
@@ -134,19 +139,39 @@ SAIL_CANNOT_WRITE_CDF = (
     "remote or active), or leave change_data_feed off")
 
 
-def engine_refusal(spec, engine_kind: str) -> str | None:
-    """Why the engine cannot write this table's layout; None when it can."""
-    if spec.change_data_feed and engine_kind == "sail":
-        return SAIL_CANNOT_WRITE_CDF
+SAIL_KEEPS_NO_DELETION_VECTORS = (
+    "Sail 0.7 cannot compact deletion vectors away (it has no OPTIMIZE) nor read most older "
+    "versions of such a table, which a cascade needs: run the pipeline on Spark with Delta "
+    "Lake (engine mode local, remote or active), or leave delta.enableDeletionVectors out")
+
+
+def deletion_vectors(chosen: dict[str, str]) -> bool:
+    """Whether the table properties `chosen` turn deletion vectors on (delta-rs writes none:
+    such a table's windows go through the engine)."""
+    return str(chosen.get(DELETION_VECTORS, "")).lower() == "true"
+
+
+def engine_refusal(spec, engine_kind: str) -> tuple[str, str] | None:
+    """Why the engine cannot write this table's layout, and the setting that asks for it
+    (under `tables[i]` or `target`); None when it can."""
+    if engine_kind != "sail":
+        return None
+    if spec.change_data_feed:
+        return SAIL_CANNOT_WRITE_CDF, "change_data_feed"
+    if deletion_vectors(spec.table_properties):
+        return SAIL_KEEPS_NO_DELETION_VECTORS, f"table_properties.{DELETION_VECTORS}"
     return None
 
 
 def check_engine(pipeline, engine_mode: str) -> None:
     """Stop, naming the key, when the engine cannot write some table's layout: before the
     lake is touched (the CLI, before its lock; a Runner, before its run)."""
+    target = pipeline.target
     for i, spec in enumerate(pipeline.tables):
         refusal = engine_refusal(spec, engine_mode)
         if refusal is not None:
-            key = "target.change_data_feed" if pipeline.target.change_data_feed else \
-                f"tables[{i}].change_data_feed"
-            raise ConfigError(refusal, pipeline.file, key)
+            why, setting = refusal
+            by_target = target.change_data_feed if setting == "change_data_feed" else \
+                deletion_vectors(target.table_properties)
+            raise ConfigError(why, pipeline.file,
+                              f"target.{setting}" if by_target else f"tables[{i}].{setting}")

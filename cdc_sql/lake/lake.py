@@ -21,6 +21,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from cdc_sql.config import layout
 from cdc_sql.lake.delta_rs_tables import DeltaRsTables
 from cdc_sql.lake.spark_tables import SparkTables
 from cdc_sql.lake import tables
@@ -116,7 +117,7 @@ class WithFallback:
     are said once."""
 
     ROUTED = ("add_columns", "reshape", "delete_rows", "update_rows", "compact_and_vacuum",
-              "cluster", "replace_rows", "reset", "set_properties", "layout", "read_arrow")
+              "cluster", "replace_rows", "reset", "layout", "read_arrow")
     ENGINE = ("alter_clustering", "recluster")
 
     def __init__(self, tables: DeltaRsTables, engine):
@@ -132,6 +133,15 @@ class WithFallback:
 
     def merges_here(self, path: str) -> bool:
         return not self.unwritable(path)
+
+    def set_properties(self, path: str, chosen: dict[str, str]) -> None:
+        """By the engine where delta-rs cannot write the table, or where the properties turn
+        deletion vectors on: delta-rs would give the table reader features of its own choosing
+        with them (variantType, which Delta before 4.0 refuses to read)."""
+        if self.unwritable(path) or layout.deletion_vectors(chosen):
+            self._spark.set_properties(path, chosen)
+        else:
+            self._tables.set_properties(path, chosen)
 
     def __getattr__(self, name: str):
         if name in self.ENGINE:

@@ -92,6 +92,8 @@ def plan_unsuitable(plan, sql_only: bool = False) -> str | None:
         return "not a plain table (a projection, shards or cascades)"
     if plan.key_texts or plan.key_nullable:
         return "temporal or nullable key columns"
+    if layout.deletion_vectors(plan.spec.table_properties):
+        return "deletion vectors (table_properties), which delta-rs does not write"
     return None
 
 

@@ -5,6 +5,7 @@ column mapping (features delta-rs cannot write: cdc-sql then sends those tables'
 through the engine, and says so; delta-rs 1.6 reads their log, not their rows: no deletion
 vectors, and columns added under column mapping read as NULLs). Delta Spark only:
 CDC_SQL_TEST_ENGINE=local or cluster."""
+import json
 import logging
 
 import pyarrow as pa
@@ -96,3 +97,29 @@ def test_silver_goes_on_after_delta_spark_turns_on_a_feature_delta_rs_cannot_wri
     maintain(engine, pipeline, retention_hours=0)  # compaction and vacuum through the engine
     assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
     assert DeltaTable(silver).schema().to_arrow().names[:3] == ["id", "v", "_cdc_offset"]
+
+
+def test_a_pipeline_that_turns_deletion_vectors_on_gets_them_from_delta_spark(
+        mariadb, database, engine, make_pipeline):
+    """`delta.enableDeletionVectors` in table_properties: silver and history are created by
+    Delta Spark with them (delta-rs writes none, and would turn on reader features of its own
+    choosing), every window goes through its MERGE, which marks replaced rows in deletion
+    vectors; silver stays the source's through changes and a compaction."""
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_200", db=database)
+    pipeline = make_pipeline(f"- name: t\n  source: {database}.t\n  history: true\n"
+                             f"  table_properties:\n    delta.enableDeletionVectors: 'true'")
+    run(pipeline, engine)
+    mariadb.execute("UPDATE t SET v = 'changed' WHERE id % 7 = 0", "DELETE FROM t WHERE id % 11 = 0",
+                    "INSERT INTO t VALUES (201, 'new')", db=database)
+    run(pipeline, engine)
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")
+    silver = silver_path(pipeline, "t")
+    for path in (silver, f"{silver}_history"):
+        features = DeltaTable(path).protocol().reader_features
+        assert "deletionVectors" in features and "variantType" not in features, path
+    assert any(json.loads(line).get("add", {}).get("deletionVector")
+               for version in range(DeltaTable(silver).version() + 1)
+               for line in open(f"{silver}/_delta_log/{version:020}.json"))
+    maintain(engine, pipeline, retention_hours=0)  # OPTIMIZE and VACUUM by Delta Spark
+    assert_silver_equals(engine, pipeline, "t", mariadb, f"SELECT * FROM {database}.t")

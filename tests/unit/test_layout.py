@@ -10,6 +10,7 @@ from cdc_sql import cli
 from cdc_sql.config import layout
 from cdc_sql.config.model import Table, load_pipeline
 from cdc_sql.errors import ConfigError
+from cdc_sql.lake import small_merge
 from cdc_sql.lake.silver.plan import plan_silver
 from cdc_sql.source.schema import Column, SourceTable
 from tests.unit.test_config import GOOD, error_for, write
@@ -28,8 +29,6 @@ TARGET = "  path: ./lake\n"
      "tables[0].table_properties.delta.feature.v2Checkpoint", 14, "table features"),
     ("    table_properties:\n      delta.minWriterVersion: 7\n",
      "tables[0].table_properties.delta.minWriterVersion", 14, "protocol"),
-    ("    table_properties:\n      delta.enableDeletionVectors: true\n",
-     "tables[0].table_properties.delta.enableDeletionVectors", 14, "deletion vectors"),
     ("    table_properties:\n      delta.dataSkippingStatsColumns: id\n",
      "tables[0].table_properties.delta.dataSkippingStatsColumns", 14, "statistics"),
     ("    table_properties:\n      delta.somethingNew: 1\n",
@@ -113,6 +112,34 @@ def test_a_change_data_feed_on_sail_is_refused_before_the_engine_starts(tmp_path
         cli._engine(argparse.Namespace(engine=None, engine_url=None), pipeline)
     assert info.value.path == key and "Sail 0.7 cannot write" in str(info.value)
     assert layout.engine_refusal(pipeline.tables[0], "local") is None
+
+
+@pytest.mark.parametrize("where, key", [
+    ("  table_properties:\n    delta.enableDeletionVectors: true\n",
+     "target.table_properties.delta.enableDeletionVectors"),
+    (None, "tables[0].table_properties.delta.enableDeletionVectors")])
+def test_deletion_vectors_are_the_engines_and_refused_on_sail(tmp_path, where, key):
+    """A pipeline may turn deletion vectors on: delta-rs writes none, so the table's windows
+    go through the engine; Sail 0.7 cannot compact them (nor read older versions of such a
+    table), so a pipeline asking for them on Sail stops before the engine starts."""
+    text = GOOD.replace(TARGET, TARGET + where) if where else \
+        GOOD + "    table_properties:\n      delta.enableDeletionVectors: 'true'\n"
+    pipeline = load_pipeline(write(tmp_path, text), environ={"PW": "x"})
+    with pytest.raises(ConfigError) as info:
+        cli._engine(argparse.Namespace(engine=None, engine_url=None), pipeline)
+    assert info.value.path == key and "Sail 0.7 cannot compact deletion vectors" in str(info.value)
+    assert layout.engine_refusal(pipeline.tables[0], "local") is None
+
+
+@pytest.mark.parametrize("value, engine", [("true", True), ("TRUE", True), ("false", False)])
+def test_a_plain_table_with_deletion_vectors_is_merged_by_the_engine(value, engine):
+    source = SourceTable("shop", "orders", (Column("id", "int", "int", 10, 0, None, None),),
+                         ("id",))
+    spec = Table(name="orders", source="shop.orders",
+                 table_properties={"delta.enableDeletionVectors": value})
+    reason = small_merge.plan_unsuitable(plan_silver(spec, [source], "p.yaml", 0))
+    assert (reason is not None and "deletion vectors" in reason) is engine
+    assert layout.refused_property("delta.enableDeletionVectors") is None
 
 
 def test_a_runner_refuses_a_change_data_feed_on_sail_before_opening_the_lake(tmp_path):
@@ -306,3 +333,28 @@ def test_a_run_reads_each_tables_layout_in_one_statement(silver, history, statem
     lay_out(Lake.open(engine, "dbfs:/lake"), plan)
     assert said == ["DESCRIBE DETAIL delta.`dbfs:/lake/silver/orders`", *statements,
                     "DESCRIBE DETAIL delta.`dbfs:/lake/silver/orders_history`"]
+
+
+def test_deletion_vectors_are_turned_on_by_the_engine(tmp_path):
+    """A table delta-rs writes is given its properties by delta-rs, but for deletion vectors:
+    delta-rs would give it reader features of its own choosing with them (variantType, which
+    Delta before 4.0 cannot read), so Delta Spark's ALTER TABLE turns them on."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from cdc_sql.lake.delta_rs_tables import DeltaRsTables
+    from cdc_sql.lake.lake import WithFallback
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [1]}))
+    said = []
+    spark = SimpleNamespace(sql=lambda text: said.append(text) or SimpleNamespace(
+        collect=lambda: []))
+    ops = WithFallback(DeltaRsTables(), SimpleNamespace(spark=spark))
+    ops.set_properties(path, {"delta.checkpointInterval": "5"})
+    ops.set_properties(path, {"delta.enableDeletionVectors": "true"})
+    assert DeltaTable(path).metadata().configuration == {"delta.checkpointInterval": "5"}
+    assert said == [f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+                    f"('delta.enableDeletionVectors' = 'true')"]

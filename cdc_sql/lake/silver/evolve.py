@@ -20,6 +20,8 @@ def create(lake: Lake, path: str, rows, properties: dict | None = None,
     properties = properties or {}
     if layout.CHANGE_DATA_FEED in properties and not lake.engine.writes_change_data_feed:
         raise CdcError(layout.SAIL_CANNOT_WRITE_CDF)  # a remote Sail: known once it answers
+    if layout.deletion_vectors(properties) and not lake.engine.keeps_deletion_vectors:
+        raise CdcError(layout.SAIL_KEEPS_NO_DELETION_VECTORS)  # (likewise)
     lake.engine.append(rows, path, {**stats_properties(rows.schema), **properties}, partitions)
 
 
