@@ -2,6 +2,7 @@
 the target's settings fold into each table, the pure rules of config/layout.py, and the
 refusal of a change data feed on Sail."""
 import argparse
+import textwrap
 
 import pytest
 from hypothesis import given, strategies as st
@@ -102,32 +103,25 @@ def test_cluster_by_must_name_silver_columns():
     assert layout.cluster_columns(plan.spec, plan.key) == ["amount", "_cdc_offset"]
 
 
-@pytest.mark.parametrize("where, key", [("  change_data_feed: true\n", "target.change_data_feed"),
-                                        (None, "tables[0].change_data_feed")])
-def test_a_change_data_feed_on_sail_is_refused_before_the_engine_starts(tmp_path, where, key):
-    text = GOOD.replace(TARGET, TARGET + where) if where else \
-        GOOD + "    change_data_feed: true\n"
+@pytest.mark.parametrize("setting, key, why", [
+    ("change_data_feed: true", "change_data_feed", "Sail 0.7 cannot write"),
+    ("table_properties:\n  delta.enableDeletionVectors: 'true'",
+     "table_properties.delta.enableDeletionVectors", "Sail 0.7 cannot compact deletion vectors"),
+])
+@pytest.mark.parametrize("on_target", [True, False])
+def test_a_layout_sail_cannot_keep_is_refused_before_the_engine_starts(tmp_path, setting, key,
+                                                                       why, on_target):
+    """A change data feed (Sail 0.7 refuses the feature), deletion vectors (Sail 0.7 writes
+    them but cannot compact them, nor read most older versions of such a table): a pipeline
+    asking for either on Sail stops before the engine starts, naming the key; Spark with
+    Delta Lake takes both."""
+    text = GOOD.replace(TARGET, TARGET + textwrap.indent(setting, "  ") + "\n") if on_target \
+        else GOOD + textwrap.indent(setting, "    ") + "\n"
     pipeline = load_pipeline(write(tmp_path, text), environ={"PW": "x"})
     with pytest.raises(ConfigError) as info:
         cli._engine(argparse.Namespace(engine=None, engine_url=None), pipeline)
-    assert info.value.path == key and "Sail 0.7 cannot write" in str(info.value)
-    assert layout.engine_refusal(pipeline.tables[0], "local") is None
-
-
-@pytest.mark.parametrize("where, key", [
-    ("  table_properties:\n    delta.enableDeletionVectors: true\n",
-     "target.table_properties.delta.enableDeletionVectors"),
-    (None, "tables[0].table_properties.delta.enableDeletionVectors")])
-def test_deletion_vectors_are_the_engines_and_refused_on_sail(tmp_path, where, key):
-    """A pipeline may turn deletion vectors on: delta-rs writes none, so the table's windows
-    go through the engine; Sail 0.7 cannot compact them (nor read older versions of such a
-    table), so a pipeline asking for them on Sail stops before the engine starts."""
-    text = GOOD.replace(TARGET, TARGET + where) if where else \
-        GOOD + "    table_properties:\n      delta.enableDeletionVectors: 'true'\n"
-    pipeline = load_pipeline(write(tmp_path, text), environ={"PW": "x"})
-    with pytest.raises(ConfigError) as info:
-        cli._engine(argparse.Namespace(engine=None, engine_url=None), pipeline)
-    assert info.value.path == key and "Sail 0.7 cannot compact deletion vectors" in str(info.value)
+    assert info.value.path == ("target." if on_target else "tables[0].") + key
+    assert why in str(info.value)
     assert layout.engine_refusal(pipeline.tables[0], "local") is None
 
 
