@@ -3,8 +3,8 @@ process, others by Delta Spark. Each reads, merges, time-travels, checkpoints an
 the other wrote, and silver keeps working after Delta Spark turns on deletion vectors or
 column mapping (features delta-rs cannot write: cdc-sql then sends those tables' changes
 through the engine, and says so; delta-rs 1.6 reads their log, not their rows: no deletion
-vectors, and columns added under column mapping read as NULLs). Delta Spark only:
-CDC_SQL_TEST_ENGINE=local or cluster."""
+vectors, and columns added under column mapping read as NULLs); a pipeline may ask for
+deletion vectors itself. Delta Spark only: CDC_SQL_TEST_ENGINE=local or cluster."""
 import json
 import logging
 
