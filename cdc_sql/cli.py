@@ -214,6 +214,7 @@ def _engine_mode(args, pipeline: Pipeline) -> str:
 
 def _validate(args) -> int:
     pipeline = _load(args, offline=args.offline)
+    layout.check_engine(pipeline, pipeline.engine.mode)  # said now, not at the first run
     if args.offline:
         print(f"{args.pipeline}: valid ({len(pipeline.tables)} tables; source not checked)")
         return 0

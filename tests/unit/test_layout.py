@@ -109,8 +109,8 @@ def test_cluster_by_must_name_silver_columns():
      "table_properties.delta.enableDeletionVectors", "Sail 0.7 cannot compact deletion vectors"),
 ])
 @pytest.mark.parametrize("on_target", [True, False])
-def test_a_layout_sail_cannot_keep_is_refused_before_the_engine_starts(tmp_path, setting, key,
-                                                                       why, on_target):
+def test_a_layout_sail_cannot_keep_is_refused_before_the_engine_starts(tmp_path, capsys, setting,
+                                                                       key, why, on_target):
     """A change data feed (Sail 0.7 refuses the feature), deletion vectors (Sail 0.7 writes
     them but cannot compact them, nor read most older versions of such a table): a pipeline
     asking for either on Sail stops before the engine starts, naming the key; Spark with
@@ -120,9 +120,11 @@ def test_a_layout_sail_cannot_keep_is_refused_before_the_engine_starts(tmp_path,
     pipeline = load_pipeline(write(tmp_path, text), environ={"PW": "x"})
     with pytest.raises(ConfigError) as info:
         cli._engine(argparse.Namespace(engine=None, engine_url=None), pipeline)
-    assert info.value.path == ("target." if on_target else "tables[0].") + key
-    assert why in str(info.value)
+    key = ("target." if on_target else "tables[0].") + key
+    assert info.value.path == key and why in str(info.value)
     assert layout.engine_refusal(pipeline.tables[0], "local") is None
+    assert cli.main(["validate", "--offline", str(tmp_path / "p.yaml")]) != 0  # validate says so
+    assert f"at `{key}`" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value, engine", [("true", True), ("TRUE", True), ("false", False)])
