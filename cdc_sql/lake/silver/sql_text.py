@@ -110,7 +110,11 @@ def changes_sql(plan: SilverPlan, candidates_view: str) -> str:
     return render(
         "silver_changes",
         output=", ".join(f"c.{quote(c)}" for c in (*plan.columns, "_cdc_remove")),
+        key=", ".join(quote(k) for k in plan.key),
+        won_columns=", ".join(f"c.{quote(c)}" for c in (*plan.key, "_cdc_offset",
+                                                        "_cdc_remove")),
         key_match=key_match(plan, "c", "later"),
+        won_match=key_match(plan, "c", "w"),
         candidates=quote(candidates_view),
     )
 

@@ -77,14 +77,26 @@ SELECT `id`, `status`, `amount`, `placed`, `_cdc_offset`, `_cdc_op`, `_cdc_ts`, 
 -- else:
 -- The last candidate per key (by offset): what silver must hold for that key.
 -- Snapshot rows stand at their split's watermark, so binlog changes at or before it lose to
--- them: this ordering is the watermark filter (docs/architecture.md). (An anti-join, not
--- ROW_NUMBER: 20% faster on Sail; a key has one candidate per offset.)
+-- them: this ordering is the watermark filter (docs/architecture.md). A candidate loses to a
+-- later one of its key (an anti-join, not ROW_NUMBER: 20% faster on Sail; a key has one
+-- candidate per offset), found among the keys, offsets and removal flags alone; the winners'
+-- rows are then joined back. (Sail builds a join's hash table of its left side: of the whole
+-- window's rows, it took twice the memory and 1.8 times as long; docs/performance.md.)
+WITH keyed AS (
+  SELECT `id`, `_cdc_key_placed`, `_cdc_source_table`, _cdc_offset, _cdc_remove FROM `cdc_candidates_all_orders`
+),
+won AS (
+  SELECT DISTINCT c.`id`, c.`_cdc_key_placed`, c.`_cdc_source_table`, c.`_cdc_offset`, c.`_cdc_remove`
+  FROM keyed AS c
+  LEFT ANTI JOIN keyed AS later
+    ON c.`id` = later.`id` AND c.`_cdc_key_placed` = later.`_cdc_key_placed` AND c.`_cdc_source_table` = later.`_cdc_source_table`
+    AND (later._cdc_offset > c._cdc_offset
+         OR later._cdc_offset = c._cdc_offset AND c._cdc_remove AND NOT later._cdc_remove)
+)
 SELECT c.`id`, c.`status`, c.`amount`, c.`placed`, c.`_cdc_offset`, c.`_cdc_op`, c.`_cdc_ts`, c.`_cdc_key_placed`, c.`_cdc_source_table`, c.`_cdc_remove`
-FROM `cdc_candidates_all_orders` AS c
-LEFT ANTI JOIN `cdc_candidates_all_orders` AS later
-  ON c.`id` = later.`id` AND c.`_cdc_key_placed` = later.`_cdc_key_placed` AND c.`_cdc_source_table` = later.`_cdc_source_table`
-  AND (later._cdc_offset > c._cdc_offset
-       OR later._cdc_offset = c._cdc_offset AND c._cdc_remove AND NOT later._cdc_remove)
+FROM won AS w
+JOIN `cdc_candidates_all_orders` AS c
+  ON c.`id` = w.`id` AND c.`_cdc_key_placed` = w.`_cdc_key_placed` AND c.`_cdc_source_table` = w.`_cdc_source_table` AND c._cdc_offset = w._cdc_offset AND c._cdc_remove <=> w._cdc_remove
 
 -- step 6: the MERGE into silver (silver and history are first given the source's columns)
 -- Apply the last change per key. Offsets only move forward: an older change never overwrites a
