@@ -23,7 +23,8 @@ def test_plan_shows_splits_and_sql(pipeline, capsys):
     assert main(["plan", pipeline.file]) == 0
     out = capsys.readouterr().out
     assert "3 snapshot splits" in out and "split 0: [None, (1001,))" in out
-    assert "MERGE INTO delta.`" in out and "LEFT ANTI JOIN `cdc_candidates_big` AS later" in out
+    assert "MERGE INTO delta.`" in out and "LEFT ANTI JOIN keyed AS later" in out
+    assert "JOIN `cdc_candidates_big` AS c" in out
     assert "COALESCE(`amount` > 10, FALSE)" in out
     assert "by delta-rs" not in out  # a projection: every batch through the engine
 
