@@ -253,12 +253,10 @@ def _sail_version(spark, path: str, version: int):
     from deltalake import DeltaTable
     from pyspark.sql.types import StructField, StructType
 
-    from cdc_sql.lake.delta_log import rows_are_files
+    from cdc_sql.lake.delta_log import open_rows_are_files
 
     table = DeltaTable(path, version=int(version))
-    protocol, metadata = table.protocol(), table.metadata()
-    if not rows_are_files(metadata.partition_columns, metadata.configuration,
-                          protocol.min_reader_version, protocol.reader_features):
+    if not open_rows_are_files(table):
         return _sail_time_travel(spark, path, version)
     schema = StructType.fromJson(json.loads(table.schema().to_json()))
     schema = StructType([StructField(f.name, f.dataType) for f in schema.fields])  # no metadata:

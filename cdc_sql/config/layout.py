@@ -153,7 +153,7 @@ def deletion_vectors(chosen: dict[str, str]) -> bool:
 
 def engine_refusal(spec, engine_kind: str) -> tuple[str, str] | None:
     """Why the engine cannot write this table's layout, and the setting that asks for it
-    (under `tables[i]` or `target`); None when it can."""
+    (under `tables[i]` or `target`: `spec` may be the target itself); None when it can."""
     if engine_kind != "sail":
         return None
     if spec.change_data_feed:
@@ -166,12 +166,10 @@ def engine_refusal(spec, engine_kind: str) -> tuple[str, str] | None:
 def check_engine(pipeline, engine_mode: str) -> None:
     """Stop, naming the key, when the engine cannot write some table's layout: before the
     lake is touched (the CLI, before its lock; a Runner, before its run)."""
-    target = pipeline.target
+    by_target = engine_refusal(pipeline.target, engine_mode)  # what the target's settings ask
     for i, spec in enumerate(pipeline.tables):
         refusal = engine_refusal(spec, engine_mode)
         if refusal is not None:
             why, setting = refusal
-            by_target = target.change_data_feed if setting == "change_data_feed" else \
-                deletion_vectors(target.table_properties)
-            raise ConfigError(why, pipeline.file,
-                              f"target.{setting}" if by_target else f"tables[{i}].{setting}")
+            raise ConfigError(why, pipeline.file, f"target.{setting}" if refusal == by_target
+                              else f"tables[{i}].{setting}")

@@ -225,6 +225,13 @@ def rows_are_files(partition_columns, configuration: dict, min_reader: int,
         set(reader_features or ()) <= READ_FEATURES and min_reader != 2
 
 
+def open_rows_are_files(table) -> bool:
+    """`rows_are_files` of an open delta-rs table, from its protocol and metadata."""
+    protocol, metadata = table.protocol(), table.metadata()
+    return rows_are_files(metadata.partition_columns, metadata.configuration,
+                          protocol.min_reader_version, protocol.reader_features)
+
+
 def history(snapshot: Snapshot, after_version: int) -> list[tuple[int, dict]] | None:
     """(version, commit information) of each commit after `after_version` up to the
     snapshot's, from their commit files; None when one is gone or has none."""

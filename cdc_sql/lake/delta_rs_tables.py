@@ -429,10 +429,7 @@ def _parts(file: str, size: int, columns: list[str]) -> Iterator[pa.Table]:
 def _files_hold_rows(path: str, table) -> bool:
     """Whether the open local table's rows are those of its files, read as they are: no
     partition values, deletion vectors or mapped column names."""
-    protocol, metadata = table.protocol(), table.metadata()
-    return Location.of(path).local and delta_log.rows_are_files(
-        metadata.partition_columns, metadata.configuration, protocol.min_reader_version,
-        protocol.reader_features)
+    return Location.of(path).local and delta_log.open_rows_are_files(table)
 
 
 class DeltaRsTables(DeltaRsWrites):
