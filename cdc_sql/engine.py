@@ -16,6 +16,7 @@ pyspark's classic session are optional or heavy), and `udfs` only once a session
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -110,6 +111,18 @@ class Engine:
         if version is None:
             return reader.load(str(path))
         return reader.option("versionAsOf", int(version)).load(str(path))
+
+    def read_files(self, files: list[str], schema_json: str):
+        """The rows of a Delta table's Parquet data files, read as they are with its schema
+        (Delta's JSON of it; the fields' metadata left out: Sail cannot parse a schema whose
+        fields carry Spark's metadata key)."""
+        from pyspark.sql.types import StructField, StructType
+
+        schema = StructType.fromJson(json.loads(schema_json))
+        schema = StructType([StructField(f.name, f.dataType) for f in schema.fields])
+        if not files:
+            return self.spark.createDataFrame([], schema)
+        return self.spark.read.schema(schema).parquet(*files)
 
     def append(self, df, path: str, properties: dict | None = None,
                partitions: list[str] = ()) -> None:
@@ -219,9 +232,20 @@ class SailEngine(Engine):
     clusters_liquid = False
 
     def read(self, path: str, version: int | None = None):
+        """Sail's `versionAsOf` where a version is asked for: its rows where Sail reads that
+        version, else one clear error (it fails at analysis behind a checkpoint), never another
+        version's rows. `lake.read_version` reads it from its files where they are its rows."""
+        frame = super().read(path, version)
         if version is None:
-            return super().read(path)
-        return _sail_version(self.spark, str(path), version)
+            return frame
+        try:
+            frame.schema  # noqa: B018 - analysis: Sail fails here where it cannot read the version
+        except Exception as exc:  # noqa: BLE001 - Sail's error, one line of it
+            raise CdcError(f"{path}: Sail 0.7 cannot read version {version} of this table, whose "
+                           f"files alone are not its rows (deletion vectors, mapped columns or "
+                           f"partitions, turned on by Delta Spark) ({_first_line(exc)}): merge "
+                           f"it on Delta Spark (engine.mode: local)") from None
+        return frame
 
     def stage(self, df, path: str) -> None:
         """A fresh table each time on a local path: Sail cannot overwrite one whose schema
@@ -237,48 +261,6 @@ class SailEngine(Engine):
         """Sail's catalog lives in its session only and has no other catalogs: `catalog` is
         left out."""
         return self._register([schema], name, path)
-
-
-def _sail_version(spark, path: str, version: int):
-    """A table's rows as of `version`, read from the data files delta-rs lists for it: Sail
-    fails to time-travel to a version older than the table's last checkpoint unless a checkpoint
-    sits at it or just before it ("Missing commit file: expected version 0, found N"; Sail writes
-    a checkpoint every 10 commits). cdc-sql turns no deletion vectors, column mapping or
-    partitions on in silver on Sail (history, partitioned, is never read at a version), so those
-    files, read with that version's schema, are the version; where Delta Spark turned one of
-    them on, the files are not the rows (a row under a deletion vector would be read back), and
-    Sail's own time travel answers."""
-    import json
-
-    from deltalake import DeltaTable
-    from pyspark.sql.types import StructField, StructType
-
-    from cdc_sql.lake.delta_log import open_rows_are_files
-
-    table = DeltaTable(path, version=int(version))
-    if not open_rows_are_files(table):
-        return _sail_time_travel(spark, path, version)
-    schema = StructType.fromJson(json.loads(table.schema().to_json()))
-    schema = StructType([StructField(f.name, f.dataType) for f in schema.fields])  # no metadata:
-    # Sail cannot parse a schema whose fields carry Spark's metadata key
-    files = table.file_uris()
-    if not files:
-        return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*files)
-
-
-def _sail_time_travel(spark, path: str, version: int):
-    """Sail's `versionAsOf`: the rows where Sail reads that version, else one clear error
-    (it fails at analysis behind a checkpoint), never another version's rows."""
-    frame = spark.read.format("delta").option("versionAsOf", int(version)).load(path)
-    try:
-        frame.schema  # noqa: B018 - analysis: Sail fails here where it cannot read the version
-    except Exception as exc:  # noqa: BLE001 - Sail's error, one line of it
-        raise CdcError(f"{path}: Sail 0.7 cannot read version {version} of this table, whose "
-                       f"files alone are not its rows (deletion vectors, mapped columns or "
-                       f"partitions, turned on by Delta Spark) ({_first_line(exc)}): merge "
-                       f"it on Delta Spark (engine.mode: local)") from None
-    return frame
 
 
 def known(mode: str) -> type[Engine] | None:

@@ -426,6 +426,18 @@ def _parts(file: str, size: int, columns: list[str]) -> Iterator[pa.Table]:
         yield pa.Table.from_batches([batch])
 
 
+def version_files(path: str, version: int) -> tuple[list[str], str] | None:
+    """The data files of a table's version and its schema (Delta's JSON), as delta-rs reads
+    them from the log; None where those files alone are not the version's rows (deletion
+    vectors, mapped columns, partitions)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path), version=int(version))
+    if not delta_log.open_rows_are_files(table):
+        return None
+    return table.file_uris(), table.schema().to_json()
+
+
 def _files_hold_rows(path: str, table) -> bool:
     """Whether the open local table's rows are those of its files, read as they are: no
     partition values, deletion vectors or mapped column names."""

@@ -1,5 +1,5 @@
-"""What the engine module papers over (Sail 0.7's time travel behind a checkpoint), and when a
-run starts the embedded engine."""
+"""What the engine and the lake paper over (Sail 0.7's time travel behind a checkpoint:
+`lake.read_version`), and when a run starts the embedded engine."""
 import glob
 import json
 
@@ -9,6 +9,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from cdc_sql.engine import Engine
 from cdc_sql.errors import CdcError
+from cdc_sql.lake.lake import read_version
 from tests import engines
 from tests.integration.helpers import assert_silver_equals, run
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 def test_every_version_reads_back_though_checkpoints_follow_it(engine, tmp_path):
     """Sail writes a checkpoint every 10 commits and then fails `VERSION AS OF` most older
-    versions; `Engine.read(path, version)` reads each version's rows and schema (a column added
+    versions; `read_version` reads each version's rows and schema (a column added
     later is absent before it, NULL in the older files after it)."""
     path = str(tmp_path / "t")
     spark = engine.spark
@@ -30,10 +31,10 @@ def test_every_version_reads_back_though_checkpoints_follow_it(engine, tmp_path)
                     mode="append", schema_mode="merge")  # version 23: a column added
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3").collect()  # version 24
     for version in range(23):
-        rows = engine.read(path, version).collect()
+        rows = read_version(engine, path, version).collect()
         assert sorted(r.id for r in rows) == list(range(1, version + 2)), version
         assert rows[0].asDict().keys() == {"id", "v"}
-    after = engine.read(path, 24)
+    after = read_version(engine, path, 24)
     assert sorted(r.id for r in after.collect()) == [1, 2, *range(4, 24)]
     assert after.columns == ["id", "v", "w"] and after.where("w IS NOT NULL").count() == 0
     assert engine.read(path).count() == 22
@@ -68,15 +69,15 @@ def test_rows_of_a_table_with_deletion_vectors_are_read_by_the_engine(engine, tm
 
 def test_a_version_with_deletion_vectors_is_its_rows_or_refused(engine, tmp_path):
     """On a table whose deletion vectors are on (Delta Spark turns them on), a deleted row stays
-    in its file: a version's files are not its rows, and `Engine.read(path, version)` reads it
-    with the engine's own time travel: that version's rows where the engine reads it, else one
-    clear error naming the table (Sail 0.7 behind a checkpoint), never a deleted row."""
+    in its file: a version's files are not its rows, and `read_version` reads it with the
+    engine's own time travel: that version's rows where the engine reads it, else one clear
+    error naming the table (Sail 0.7 behind a checkpoint), never a deleted row."""
     path = str(tmp_path / "t")
     with_deletion_vectors(engine, path, 23)  # versions 2-24: row i deleted at version i + 1
     read = 0
     for version in range(25):
         try:
-            rows = engine.read(path, version).collect()
+            rows = read_version(engine, path, version).collect()
         except CdcError as exc:
             assert f"{path}: Sail 0.7 cannot read version {version} of this table" in str(exc)
             continue

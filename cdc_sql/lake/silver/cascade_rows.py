@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from cdc_sql import cascades
 from cdc_sql.lake import semantics
-from cdc_sql.lake.lake import Lake
+from cdc_sql.lake.lake import Lake, read_version
 from cdc_sql.lake.silver.execute import define_view, execute_step
 from cdc_sql.lake.silver.facts import Statement, read_facts, read_statements
 from cdc_sql.lake.silver.plan import SilverPlan
@@ -103,7 +103,7 @@ def _child_versions(lake: Lake, plan: SilverPlan, window: Window, statements: li
     silver = lake.silver_path(name)
     if not (window.first or window.replace) and lake.tables.exists(silver):
         view = f"cdc_silver_{name}_as_of"
-        lake.engine.read(silver, silver_version).createOrReplaceTempView(view)
+        read_version(lake.engine, silver, silver_version).createOrReplaceTempView(view)
         present = set(spark.table(view).columns)  # that version's columns
         schema = parts[0].schema
         columns = ", ".join(quote(c) if c in present else
