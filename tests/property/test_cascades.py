@@ -311,3 +311,155 @@ def test_cascades_set_off_by_cascades_from_any_window_start(c_rule, g_rule, rng,
     g_changes = sorted(changes("c") + c.as_parent("db.c"), key=lambda x: x.offset)
     g = cascade([fk_g], ("id",), versions(own("g", 1)), g_changes, "db.g")
     assert silver(own("g", 1) + g.rows, ("id",)) == {(k,): r for k, r in db.rows["g"].items()}
+
+
+class Shop:
+    """InnoDB on customer(id) <- orders(customer_id, order_no) <- note(id, customer_id, order_no),
+    as the nested writer test in tests/integration/test_cascades.py: orders' key holds its
+    foreign key to customer (ON UPDATE CASCADE, ON DELETE CASCADE), so a customer's new key
+    moves its orders to new keys; note references orders by (order_no, customer_id), the
+    parent's key in another order (ON UPDATE CASCADE, ON DELETE SET NULL). The binlog holds
+    the statements' own rows; a key change is the delete of the old key and the insert of the
+    new one at one offset."""
+
+    def __init__(self):
+        self.customers: set[int] = set()
+        self.orders: dict[tuple, dict] = {}
+        self.notes: dict[int, dict] = {}
+        self.binlog: list[tuple[str, str, str, dict]] = []
+        self.n = 0
+
+    def _log(self, rows: list[tuple[str, str, dict]]) -> None:
+        self.n += 1
+        self.binlog += [(off(self.n), table, op, image) for table, op, image in rows]
+
+    def _notes_of(self, order: tuple, new: tuple | None) -> None:
+        """InnoDB's cascade from an order's key change (or delete, `new` None) into notes."""
+        for k, note in list(self.notes.items()):
+            if (note["customer_id"], note["order_no"]) == order:
+                values = new or (None, None)
+                self.notes[k] = {**note, "customer_id": values[0], "order_no": values[1]}
+
+    def customer_insert(self, key: int) -> None:
+        if key not in self.customers:
+            self.customers.add(key)
+            self._log([("customer", "c", {"id": key})])
+
+    def customer_change(self, old: int, new: int | None) -> None:
+        if old not in self.customers or (new is not None and new in self.customers):
+            return
+        for key in sorted(k for k in self.orders if k[0] == old):
+            row = self.orders.pop(key)
+            moved = None if new is None else (new, key[1])
+            if moved is not None:
+                self.orders[moved] = {**row, "customer_id": new}
+            self._notes_of(key, moved)
+        self.customers.discard(old)
+        rows = [("customer", "d", {"id": old})]
+        if new is not None:
+            self.customers.add(new)
+            rows.append(("customer", "c", {"id": new}))
+        self._log(rows)
+
+    def order_write(self, customer: int, order_no: int, v: int) -> None:
+        if customer not in self.customers:
+            return
+        key = (customer, order_no)
+        op = "u" if key in self.orders else "c"
+        self.orders[key] = {"customer_id": customer, "order_no": order_no, "v": v}
+        self._log([("orders", op, self.orders[key])])
+
+    def order_delete(self, customer: int, order_no: int) -> None:
+        if (customer, order_no) in self.orders:
+            image = self.orders.pop((customer, order_no))
+            self._notes_of((customer, order_no), None)
+            self._log([("orders", "d", image)])
+
+    def note_write(self, key: int, order: tuple | None, v: int, delete: bool) -> None:
+        if delete:
+            if key in self.notes:
+                self._log([("note", "d", self.notes.pop(key))])
+            return
+        if order is not None and order not in self.orders:
+            return  # InnoDB refuses a note without its order
+        op = "u" if key in self.notes else "c"
+        customer, order_no = order or (None, None)
+        self.notes[key] = {"id": key, "customer_id": customer, "order_no": order_no, "v": v}
+        self._log([("note", op, self.notes[key])])
+
+
+def shop_history(rng) -> tuple[Shop, list[tuple[dict, dict]]]:
+    """A random history on a Shop, and (orders, notes) as of each offset."""
+    db = Shop()
+    for key in range(3):
+        db.customer_insert(key)
+    states = [({}, {})] * (db.n + 1)
+    for _ in range(30):
+        choice = rng.random()
+        if choice < 0.2:
+            db.customer_change(rng.randint(0, 5), rng.randint(0, 5))
+        elif choice < 0.3:
+            db.customer_change(rng.randint(0, 5), None)
+        elif choice < 0.35:
+            db.customer_insert(rng.randint(0, 5))
+        elif choice < 0.6:
+            db.order_write(rng.randint(0, 5), rng.randint(0, 1), rng.randint(0, 2))
+        elif choice < 0.65:
+            db.order_delete(rng.randint(0, 5), rng.randint(0, 1))
+        else:
+            orders = sorted(db.orders)
+            order = rng.choice(orders) if orders and rng.random() < 0.8 else None
+            db.note_write(rng.randint(0, 3), order, rng.randint(0, 2), rng.random() < 0.15)
+        while len(states) <= db.n:
+            states.append((dict(db.orders), dict(db.notes)))
+    return db, states
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.randoms(use_true_random=False), st.data())
+def test_key_changes_cascade_into_grandchildren_from_snapshots_and_window_starts(rng, data):
+    """A customer's key change moves its orders to new keys (their moves), which the notes
+    referencing them follow; its delete deletes them, which sets their notes' references
+    NULL. The first window: orders read at one watermark, the notes in two splits at later
+    ones (cdc-sql reads a grandchild's splits after its parent's), the binlog captured from
+    the lowest watermark; a later window: silver as it began. Each table's silver must equal
+    InnoDB's."""
+    db, states = shop_history(rng)
+    fk_orders = ForeignKey("fk_orders", "db.orders", ("customer_id",), "db.customer", ("id",),
+                           "CASCADE", "CASCADE")
+    fk_note = ForeignKey("fk_note", "db.note", ("order_no", "customer_id"), "db.orders",
+                         ("order_no", "customer_id"), "CASCADE", "SET NULL") \
+        .aligned(("customer_id", "order_no"))
+    order_key, note_key = ("customer_id", "order_no"), ("id",)
+    if data.draw(st.booleans(), "first window"):
+        customer_mark = data.draw(st.integers(0, db.n))
+        orders_mark = data.draw(st.integers(0, db.n))
+        note_marks = [data.draw(st.integers(orders_mark, db.n)) for _ in range(2)]
+        start = min(customer_mark, orders_mark, *note_marks)  # where capture begins
+        orders_base = [(off(orders_mark), "r", row) for row in states[orders_mark][0].values()]
+        note_base = [(off(mark), "r", row) for parity, mark in enumerate(note_marks)
+                     for k, row in states[mark][1].items() if k % 2 == parity]
+    else:
+        start = data.draw(st.integers(0, db.n))
+        orders_base = [(off(start), "r", row) for row in states[start][0].values()]
+        note_base = [(off(start), "r", row) for row in states[start][1].values()]
+
+    def own(table: str) -> list:
+        return [(o, op, image) for o, t, op, image in db.binlog if t == table and o > off(start)]
+
+    def changes(table: str, key: tuple[str, ...]) -> list[ParentChange]:
+        return parent_changes(f"db.{table}", [(o, op, tuple(image[k] for k in key))
+                                              for o, op, image in own(table)])
+
+    def versions(rows: list) -> list[Version]:
+        return [Version(o, image, op == "d") for o, op, image in rows]
+
+    orders = cascade([fk_orders], order_key, versions(orders_base + own("orders")),
+                     changes("customer", ("id",)), "db.orders")
+    assert silver(orders_base + own("orders") + orders.rows, order_key) == db.orders
+    note_changes = sorted(orders.as_parent("db.orders") + changes("orders", order_key),
+                          key=lambda c: c.offset)  # moves first at an offset, as cascade_rows
+    note = cascade([fk_note], note_key, versions(note_base + own("note")), note_changes,
+                   "db.note")
+    assert silver(note_base + own("note") + note.rows, note_key) == \
+        {(k,): row for k, row in db.notes.items()}
