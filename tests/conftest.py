@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from cdc_sql.config.model import load_pipeline
 from cdc_sql.dev.mariadb import PASSWORD, USER, MariaDB
@@ -13,6 +14,11 @@ from tests.engines import engine, engine_server, engine_settings  # noqa: F401 -
 
 pytest_plugins = ["tests.objstores",  # the object-store emulators and lake_root
                   "tests.transport_faults"]  # a test that met a broken Sail stream runs again
+
+# No test times anything: Hypothesis's deadline (200 ms an example) failed examples that wrote
+# a Delta table on a loaded machine (test_file_merge.py: 398 ms, then 134 ms on its retry).
+settings.register_profile("untimed", deadline=None)
+settings.load_profile("untimed")
 
 _names = itertools.count(1)
 

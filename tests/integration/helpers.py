@@ -82,7 +82,28 @@ def assert_silver_equals(engine, pipeline, name: str, mariadb, source_sql: str, 
     schema = silver.schema
     expected = engine.spark.createDataFrame(source_rows(mariadb, source_sql), schema) \
         .orderBy(*keys)
-    assert_df_equality(silver, expected, ignore_nullable=True)
+    try:
+        assert_df_equality(silver, expected, ignore_nullable=True)
+    except AssertionError:
+        differences = row_differences(silver.collect(), expected.collect())
+        if not differences:
+            raise  # the schemas differ: chispa's own words
+        raise AssertionError(f"silver {name} differs from the source:\n{differences}") from None
+
+
+def row_differences(silver: list, source: list, shown: int = 20) -> str:
+    """The rows only silver holds and those only the source holds, `shown` of each at most
+    (chispa prints every row of both); "" when the rows are the same."""
+    from collections import Counter
+
+    have, want = Counter(map(repr, silver)), Counter(map(repr, source))
+    if have == want:
+        return ""
+    lines = []
+    for label, rows in (("only in silver", have - want), ("only in the source", want - have)):
+        found = sorted(rows.elements())
+        lines += [f"{label}: {len(found)} rows"] + [f"  {row}" for row in found[:shown]]
+    return "\n".join(lines)
 
 
 def resnapshot_and_run(engine, pipeline, name: str, mariadb, source_sql: str) -> None:
