@@ -40,7 +40,8 @@ if [ "${1:-}" = "by-hand" ]; then
   for tests in $I/test_end_to_end.py $I/test_cascades.py $I/test_floats.py \
       $I/test_mixed_writers.py $I/test_differential.py $I/test_repair.py $I/test_history.py \
       $I/test_spark_session.py::test_silver_in_a_hive_metastore_is_read_by_name_from_another_process \
-      $I/test_change_feed.py::test_every_write_path_records_what_the_source_did; do
+      $I/test_change_feed.py::test_every_write_path_records_what_the_source_did \
+      $I/test_engine.py::test_a_version_with_deletion_vectors_is_its_rows_or_refused; do
     CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q --durations=5 "$@" "$tests" || failed=1
   done
   took
@@ -80,6 +81,8 @@ took
 # Not run here, since on a local lake their windows merge in this process as on Sail, and
 # the JVM only reads silver, as other tests here do: a kill after an in-process merge, a
 # second run, a unique key for a key, floats by each reader (Spark's tasks read them here).
+# Nor the versions of a table with deletion vectors read one by one (68 s): Delta's own time
+# travel reads them here; the test is of Sail's, which fails behind a checkpoint.
 # By hand too (3.5 minutes of this section): the Hive metastore read from another process
 # (catalog tables: the session's here, and the cluster's below) and the change feed of every
 # write path (a widening read back with readChangeFeed stays).
@@ -99,6 +102,7 @@ CDC_SQL_TEST_ENGINE=local .venv/bin/python -m pytest -q --durations=10 \
   --deselect "$I/test_mixed_writers.py::$feature_test[column mapping]" \
   --deselect "$I/test_spark_session.py::$hive_test" \
   --deselect "$I/test_end_to_end.py::test_snapshot_then_changes_match_the_source[reads-here]" \
+  --deselect "$I/test_engine.py::test_a_version_with_deletion_vectors_is_its_rows_or_refused" \
   -k "not (startup_latest or binlog_rotation or snapshot_only_reads or declared_key or \
 every_version or second_run or unique_not_null)"
 took
