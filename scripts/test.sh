@@ -24,7 +24,8 @@ took() { echo "== ($SECONDS s)"; }
 # slower); a class-data-sharing archive of Spark's classes (a session's start 8.4 s against
 # 4.6 s, a test of two runs 70 s against 60 s, a schema-change test no quicker: seconds a JVM
 # started, for a 190 MB archive built first); the Spark UI off; the Sail suite on three
-# workers (570 s against 544 s: its two leave 10-15% of the machine idle).
+# workers (570 s against 544 s: its two leave 10-15% of the machine idle); on 2026-11-29 the
+# JVM section on two pytest workers, a JVM each (645 s against 628 s for one, back to back).
 export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} -XX:G1HeapRegionSize=16m"
 
 if [ "${1:-}" = "by-hand" ]; then
